@@ -63,3 +63,48 @@ def test_the_cluster_a_table_names_is_read_once_per_call_not_once_per_row(small,
     row, rank, _ = exports.best_runnable(table, "deepspeed", software=software, model=MODEL)
     assert rank == 40 and row["cluster"] == CLUSTER
     assert calls == [CLUSTER]
+
+
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan", "deepspeed"])
+def test_the_rows_skipped_by_column_conditions_are_rows_the_framework_refuses(small, framework):
+    """``best_runnable`` skips unboxed the rows ``exports.screen`` marks: every one of them is a
+    row the framework's own ``refusal`` refuses, row by row, over a whole ranked table."""
+    from paraplan.exports import screen
+    plans, software = small
+    context = {"model": MODEL}
+    mod = exports.module(framework)
+    marked = screen.refused_rows(plans, mod.screened, software, context)
+    assert marked.any()                 # the conditions do mark rows here
+    for rec in plans[marked].to_dict("records"):
+        row = {**exports.with_stack_fields(rec, software), **context}
+        assert mod.refusal(exports.plan_fields(row)) is not None, row["config"]
+
+
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan", "deepspeed"])
+def test_the_best_runnable_row_is_the_first_a_row_by_row_walk_finds(small, framework):
+    """The row, its rank and the slowdown are those of the plain walk (the reference), on a table
+    whose first runnable row comes after 300 it refuses, and on the table as ranked."""
+    plans, software = small
+    for table in (_refused_first(plans, framework, software, refused=300, runs=2), plans):
+        rank, expected = _brute_force(table, framework, software, model=MODEL)
+        row, got_rank, slowdown = exports.best_runnable(table, framework, software=software, model=MODEL)
+        assert got_rank == rank and row == expected
+        # step time over row 0's, minus 1, never below 0 (the rows moved ahead may be slower)
+        assert slowdown == pytest.approx(max(0.0, table.iloc[0].tokens_per_s / table.iloc[rank].tokens_per_s - 1),
+                                         rel=1e-12)
+
+
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan", "deepspeed"])
+def test_when_no_row_runs_the_refusals_are_counted_as_the_row_by_row_walk_counts_them(small, framework):
+    """The message names the count of every refusing field (most first, ties in the order first
+    met) and the fix of the most common: the walk's, over the rows the framework refuses."""
+    plans, software = small
+    table = _refused_first(plans, framework, software, refused=400, runs=0).iloc[:400]
+    rank, (reasons, fixes) = _brute_force(table, framework, software, model=MODEL)
+    assert rank is None
+    ranked = sorted(reasons.items(), key=lambda kv: -kv[1])
+    with pytest.raises(InputError) as err:
+        exports.best_runnable(table, framework, software=software, model=MODEL)
+    assert err.value.field == "--emit"
+    assert "refused: " + ", ".join(f"{n} by {field}" for field, n in ranked) in err.value.message
+    assert err.value.fix.startswith(f"for {ranked[0][0]}: {fixes[ranked[0][0]]}; or ")

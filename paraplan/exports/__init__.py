@@ -26,7 +26,7 @@ import pandas as pd
 
 from hardware_specs.catalog import DEFAULT_TRAINING_STACK
 from hardware_specs.errors import InputError
-from paraplan.exports import deepspeed, megatron, torchtitan
+from paraplan.exports import deepspeed, megatron, screen, torchtitan
 from paraplan.exports.common import (chunk_layers, cluster_gpus_per_host, plan_fields, stage_layer_counts,
                                      with_stack_fields)
 from planners.explain import slower_share
@@ -125,7 +125,12 @@ def best_runnable(plans: pd.DataFrame, framework: str, software: Mapping[str, Ma
     were priced with, per dtype (``PlanResult.software``; a ranked row carries only its searched
     fields, and an export reads the rest: compile, FSDP resharding, the recomputation policy);
     ``context`` fills fields the rows lack (``model``, ``seq_len``, ``cluster``, ``gpu``). Rows are
-    tried in rank order up to the first that runs. Raises ``InputError`` when none does.
+    tried in rank order up to the first that runs; past the first 64, the rows the framework
+    refuses by a column condition (its ``screened``, ``exports.screen``) are skipped without being
+    boxed, where every row has one model. Raises ``InputError`` when none runs, counting every
+    row's refusal by field (each row then checked in rank order, as a row that raises raises).
+    A skipped row is not validated: a table mixing rows ``plan_fields`` rejects among rows the
+    framework refuses anyway may return a later row that runs where a walk of every row raised.
 
     ``refine``: the exact pipeline makespan of chosen rows (``planners.refine.refine_table`` bound
     to the search's model, cluster and efficiency). A ranked table times exactly only the rows that
@@ -145,18 +150,59 @@ def best_runnable(plans: pd.DataFrame, framework: str, software: Mapping[str, Ma
     # (load_cluster per row was 23 s of a 153 s test over ~51,000 rows)
     cluster_hosts = lru_cache(maxsize=None)(cluster_gpus_per_host)
 
-    def runnable(rec: dict) -> dict | None:
+    def check(rec: dict) -> tuple[dict, InputError | None]:
         row = {**with_stack_fields(rec, software), **context}
-        err = mod.refusal(plan_fields(row, cluster_hosts))
-        if err is None:
-            return row
+        return row, mod.refusal(plan_fields(row, cluster_hosts))
+
+    def count(err: InputError) -> None:
         if err.field == "model":        # the model, not the plan: no other row can do better
             raise err
         reasons[err.field] = reasons.get(err.field, 0) + 1
         fixes.setdefault(err.field, err.fix)
+
+    def runnable(rec: dict) -> dict | None:
+        row, err = check(rec)
+        if err is None:
+            return row
+        count(err)
         return None
 
-    found = next(((rank, row) for rank, row in enumerate(map(runnable, _records(plans))) if row is not None), None)
+    # past the first rows, those the framework refuses by a plain column condition are skipped
+    # unboxed (a DeepSpeed search refused its first 8,469 rows of 13,500 one at a time); the others
+    # are checked in rank order up to the first that runs
+    skipped = lru_cache(maxsize=None)(lambda: _screened(plans, mod, software, context))
+    met: dict[int, InputError] = {}     # the refusals of the rows checked, by rank
+    found = None
+
+    def candidates():
+        head = min(len(plans), _FIRST_ROWS)
+        yield from enumerate(_records(plans.iloc[:head]))
+        if head < len(plans):
+            order = head + np.flatnonzero(~skipped()[head:])
+            yield from zip(order.tolist(), _records(plans.iloc[order]))
+
+    for rank, rec in candidates():
+        try:
+            row, err = check(rec)
+        except Exception:       # noqa: BLE001 - raised again below, in its rank order
+            break
+        if err is None:
+            found = (rank, row)
+            break
+        if err.field == "model":
+            break
+        met[rank] = err
+    if found is None:
+        # none runs (or a row raised): every row in rank order, as the refusals are counted and a
+        # row that raises raises, the first of them (the rows checked above are not checked again)
+        for rank, rec in enumerate(_records(plans)):
+            err = met.get(rank)
+            if err is None:
+                row, err = check(rec)
+                if err is None:
+                    found = (rank, row)
+                    break
+            count(err)
     if found is None:
         ranked = sorted(reasons.items(), key=lambda kv: -kv[1])
         counts = ", ".join(f"{n} by {field}" for field, n in ranked)
@@ -166,7 +212,7 @@ def best_runnable(plans: pd.DataFrame, framework: str, software: Mapping[str, Ma
                          (f"for {ranked[0][0]}: {top}; or " if top else "") + "relax the request or emit another framework")
     rank, row = found
     if refine is not None and all(k in plans for k in ("step_time_s", "step_time_lower_s", "pipeline_exact")):
-        rank, row, best = _fastest_exact(plans, rank, row, runnable, refine)
+        rank, row, best = _fastest_exact(plans, rank, row, runnable, refine, skipped)
     else:
         best = plans["tokens_per_s"].iloc[0] if "tokens_per_s" in plans else None
     mine = row.get("tokens_per_s")
@@ -177,10 +223,13 @@ def best_runnable(plans: pd.DataFrame, framework: str, software: Mapping[str, Ma
     return row, rank, max(0.0, float(slowdown))
 
 
-def _fastest_exact(plans: pd.DataFrame, first: int, row: dict, runnable, refine) -> tuple[int, dict, float]:
+def _fastest_exact(plans: pd.DataFrame, first: int, row: dict, runnable, refine,
+                   skipped: Callable[[], np.ndarray]) -> tuple[int, dict, float]:
     """``best_runnable``'s refinement: from the first runnable row (``first``, as ``row``), the
     runnable row of ``plans`` fastest by its exact step time (as a row for the export), its rank
-    in ``plans`` ranked again with the times computed, and the tokens/s of that ranking's first."""
+    in ``plans`` ranked again with the times computed, and the tokens/s of that ranking's first.
+    ``skipped()``: the rows the framework refuses by a column condition (not checked one by one
+    where more than a block of rows could beat it)."""
     exact = plans["pipeline_exact"].to_numpy().astype(bool)
     time_s = plans["step_time_s"].to_numpy(dtype=float)
     lower = plans["step_time_lower_s"].to_numpy(dtype=float)
@@ -190,6 +239,8 @@ def _fastest_exact(plans: pd.DataFrame, first: int, row: dict, runnable, refine)
     # every such row that runs is refined with it. No row before ``first`` runs.
     later = np.flatnonzero(np.where(exact, time_s, lower) < best_s)
     later = later[later > first]
+    if len(later) > _FIRST_ROWS:
+        later = later[~skipped()[later]]
     chosen = [first] + [int(i) for i, rec in zip(later, _records(plans.iloc[later])) if runnable(rec) is not None]
     if chosen == [first] and exact[first]:       # the first that runs, exact (near the top): the table's row
         return first, row, float(max(tps[0], tps[first]))
@@ -208,6 +259,23 @@ def _fastest_exact(plans: pd.DataFrame, first: int, row: dict, runnable, refine)
     # ranked again: the rows faster than it, and the earlier ones as fast (the table's order)
     rank = int(np.count_nonzero(tps > mine) + np.count_nonzero(tps[:fastest] == mine))
     return rank, row, float(max(tps[0], mine))
+
+
+def _screened(plans: pd.DataFrame, mod, software, context: Mapping[str, Any]) -> np.ndarray:
+    """The rows of ``plans`` that ``mod`` (an export module) refuses by a column condition
+    (``screen.refused_rows`` with its ``screened``): none unless every row has one model (the
+    context's, or one catalog name in the table), whose own refusal (field ``model``) is then the
+    same on every row, so no row that runs can come after a row that raises it."""
+    if "model" not in context and "model" in plans.columns:
+        names = plans["model"].to_numpy(dtype=object)
+        if not (len(names) and isinstance(names[0], str) and (names == names[0]).all()):
+            return np.zeros(len(plans), dtype=bool)
+    return screen.refused_rows(plans, mod.screened, software, context)
+
+
+#: the rows ``best_runnable`` checks one by one before it screens the table by column conditions
+#: (most searches have a runnable row among them: Megatron-LM ran rank 5 of 13,500)
+_FIRST_ROWS = 64
 
 
 def _records(plans: pd.DataFrame, first_rows: int = 64):

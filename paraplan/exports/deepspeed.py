@@ -37,6 +37,7 @@ import json
 from typing import Any
 
 from hardware_specs.errors import InputError
+from paraplan.exports import screen
 from paraplan.exports.common import (plan_fields, refuse_memory_features, require_model, selective_recompute_modules,
                                      stage_layer_counts, summary)
 from simulator.parallel_config import Recompute, Schedule
@@ -57,6 +58,27 @@ def refusal(p: dict) -> InputError | None:
 
 def can_run(plan_row: Any) -> bool:
     return refusal(plan_fields(plan_row)) is None
+
+
+def screened(col) -> list:
+    """Column conditions under which ``_check`` refuses a plan for certain (``exports.screen``;
+    ``col(name)``: the field on every row), each one of its checks."""
+    pp, tp, cp, vpp = (screen.number(col, k) for k in ("pp", "tp", "cp", "vpp"))
+    zero = screen.effective_zero(col)
+    piped = None if pp is None else pp > 1
+    return [
+        # refuse_memory_features (offload_optimizer_fraction supported)
+        screen.any_of(col, ("recompute_num_layers", "recompute_layers_decrement", "offload_activation_layers",
+                            "zero_shard_group", "loss_chunk_tokens")),
+        screen.text_in(col, "dtype", ("fp8", "mxfp8", "nvfp4")),                    # no 8/4-bit GEMM switch
+        None if vpp is None else vpp > 1,                                             # one stage per rank
+        screen.where(piped, None if zero is None else zero >= 2),                     # pipeline: ZeRO 0-1
+        screen.where(piped, None if zero is None else zero == 0, screen.text_in(col, "dtype", ("bf16",))),
+        screen.where(piped, None if tp is None else tp > 1),                          # no AutoTP beside it
+        # cp > 1: Ulysses only, and on a data x sequence mesh (either check refuses)
+        screen.where(None if cp is None else cp > 1,
+                     None if tp is None or pp is None else (tp > 1) | (pp > 1)),
+    ]
 
 
 def _check(p: dict) -> None:

@@ -42,6 +42,7 @@ from cost_models.context_parallel import hybrid_cp_split
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from paraplan.exports import megatron_table
+from paraplan.exports import screen
 from paraplan.exports.common import (chunk_layers, gpus_text, plan_fields, require_model, selective_recompute_modules,
                                      summary, torchrun_head)
 from simulator.parallel_config import Recompute, Schedule
@@ -85,6 +86,17 @@ _RULE_FIELDS = {
 def can_run(plan_row: Any) -> bool:
     """Whether Megatron-LM can run the plan as planned."""
     return refusal(plan_fields(plan_row)) is None
+
+
+def screened(col) -> list:
+    """Column conditions under which ``_command`` refuses a plan for certain (``exports.screen``;
+    ``col(name)``: the field on every row), each one of ``_refuse_plan``'s checks."""
+    pp, zero = screen.number(col, "pp"), screen.effective_zero(col)
+    return [
+        screen.any_of(col, ("recompute_layers_decrement", "offload_activation_layers")),   # _refuse_memory_features
+        screen.text_in(col, "schedule", ("gpipe", "zb-h1", "zb-h2", "zb-v", "dualpipe")),   # 1f1b / interleaved only
+        screen.where(None if zero is None else zero >= 2, None if pp is None else pp > 1),  # Megatron-FSDP: no pp
+    ]
 
 
 def grad_bucket_elements(p: dict) -> int:

@@ -72,6 +72,7 @@ from typing import Any
 from hardware_specs.errors import InputError
 from hardware_specs.stack_spec import SELECTIVE_CHECKPOINTS
 from model_specs.model_spec import ModelSpec
+from paraplan.exports import screen
 from paraplan.exports.common import (gpus_text, plan_fields, refuse_memory_features, require_model,
                                      selective_recompute_modules, stage_layer_counts, summary, torchrun_head)
 from simulator.layer_times import tp_overlap_applies
@@ -144,6 +145,21 @@ def refusal(p: dict) -> InputError | None:
 
 def can_run(plan_row: Any) -> bool:
     return refusal(plan_fields(plan_row)) is None
+
+
+def screened(col) -> list:
+    """Column conditions under which ``_settings`` refuses a plan for certain (``exports.screen``;
+    ``col(name)``: the field on every row), each one of its checks."""
+    dp, tp, pp, cp = (screen.number(col, k) for k in ("dp", "tp", "pp", "cp"))
+    zero = screen.effective_zero(col)
+    return [
+        # refuse_memory_features (zero_shard_group and loss_chunk_tokens supported)
+        screen.any_of(col, ("recompute_num_layers", "recompute_layers_decrement", "offload_activation_layers")),
+        None if cp is None else cp > 1,                                    # no context parallelism
+        screen.text_in(col, "dtype", ("fp16", "mxfp8", "nvfp4")),          # bf16 / fp32 / float8 rowwise
+        screen.where(None if zero is None else zero == 0, None if dp is None else dp > 1,   # DDP: no TP or PP
+                     None if tp is None or pp is None else (tp > 1) | (pp > 1)),
+    ]
 
 
 def _settings(p: dict) -> dict:
