@@ -12,7 +12,9 @@ bytes/s), with the serving efficiency of the GPU generation:
   format's tensor-core peak (``cost_models.weight_formats``); at decode batch sizes the weight
   bytes dominate (a batched GEMV), at prefill the FLOPs.
 * The attention core of decode reads each request's KV cache (``cost_models.kv_cache``); that
-  of prefill does the causal FLOPs at ``attention_peak_fraction`` of the 16-bit peak. MLA
+  of prefill does the causal FLOPs at ``attention_peak_fraction`` of the 16-bit peak (of the
+  FP8 peak where the engine runs its context FMHA / context MLA in FP8 over an FP8 KV cache,
+  ``ServingBehaviour.prefill_attention_format``: TensorRT-LLM). MLA
   decodes in the absorbed form (queries projected into the latent: scores over
   kv_lora + rope, values over kv_lora; DeepSeek-V2, arXiv 2405.04434, appendix C) and prefills
   in the expanded form (qk_nope + rope and v_head per head). The absorbed decode does
@@ -94,7 +96,8 @@ class LayerRates:
     dense_flops_per_s: float     # GEMMs with weights in the dense (attention / MLP) format
     expert_flops_per_s: float    # GEMMs with weights in the routed-expert format
     head_flops_per_s: float      # 16-bit GEMMs (LM head, router)
-    attention_flops_per_s: float  # prefill attention core (16-bit)
+    attention_flops_per_s: float  # attention core at the 16-bit rate (non-MLA decode FLOPs, linear-attention scan)
+    prefill_attention_flops_per_s: float  # prefill attention core (FMHA / context MLA), in its own dtype
     mla_decode_flops_per_s: float  # absorbed-MLA decode core (16-bit; ``MLA_DECODE_PEAK_FRACTION``, ``..._PRIOR_FLOPS_PER_S``)
     hbm_bytes_per_s: float
     kernel_fixed_s: float
@@ -104,9 +107,16 @@ class LayerRates:
 
 
 def layer_rates(gpu: GPUSpec, eff: ServingEfficiency, dense_format: str, expert_format: str,
-                int4_group_size: int = 0) -> LayerRates:
+                int4_group_size: int = 0, prefill_attention_format: str = "bf16") -> LayerRates:
     """``LayerRates`` of ``gpu`` for weights in ``dense_format`` / ``expert_format`` (an int4
-    checkpoint's ``int4_group_size``, ``weight_formats.weight_bytes``)."""
+    checkpoint's ``int4_group_size``, ``weight_formats.weight_bytes``).
+
+    ``prefill_attention_format``: the dtype the engine runs the prefill attention core's two
+    BMMs in (``ServingBehaviour.prefill_attention_format``): ``bf16``, or ``fp8`` where the
+    engine quantises the queries to its FP8 KV cache's format and runs an FP8 FMHA (TensorRT-LLM),
+    which then does its FLOPs at ``attention_peak_fraction`` of the FP8 dense peak (twice the
+    16-bit one on Hopper and Blackwell; a GPU without FP8 tensor cores keeps its 16-bit peak,
+    ``weight_formats.compute_dtype``)."""
     sixteen = compute_dtype("bf16", gpu)
     if gpu.generation in MLA_DECODE_PEAK_FRACTION:
         mla_flops_per_s = gpu.sustained_flops(sixteen) * MLA_DECODE_PEAK_FRACTION[gpu.generation]
@@ -122,6 +132,8 @@ def layer_rates(gpu: GPUSpec, eff: ServingEfficiency, dense_format: str, expert_
         expert_flops_per_s=gpu.sustained_flops(compute_dtype(expert_format, gpu)) * eff.gemm_peak_fraction,
         head_flops_per_s=gpu.sustained_flops(sixteen) * eff.gemm_peak_fraction,
         attention_flops_per_s=gpu.sustained_flops(sixteen) * eff.attention_peak_fraction,
+        prefill_attention_flops_per_s=(gpu.sustained_flops(compute_dtype(prefill_attention_format, gpu))
+                                       * eff.attention_peak_fraction),
         mla_decode_flops_per_s=mla_flops_per_s,
         hbm_bytes_per_s=gpu.hbm_bw_bytes_per_s * eff.decode_hbm_fraction,
         kernel_fixed_s=eff.kernel_fixed_s,
@@ -199,7 +211,7 @@ def attention_block_s(model: ModelSpec, rates: LayerRates, tp, prefill_tokens, p
         dec = np.maximum(dec_bytes / rates.hbm_bytes_per_s, dec_flops / dec_flops_per_s)
         pre_flops = 2.0 * P * keys_pre * heads * pre_dims
         # the prefill writes its new KV entries
-        pre = pre_flops / rates.attention_flops_per_s + P * per_token_kv / rates.hbm_bytes_per_s
+        pre = pre_flops / rates.prefill_attention_flops_per_s + P * per_token_kv / rates.hbm_bytes_per_s
         return dec + pre
 
     core_full = core(Ld, Kp)

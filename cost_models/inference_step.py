@@ -204,7 +204,8 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     capture the drafting in the same CUDA graphs as the step. With ``draft_head`` an EAGLE-3
     head drafts instead of the MTP module (``eagle_draft_pass``, its 16-bit weights' rates).
     """
-    rates = layer_rates(cluster.gpu, eff, dense_format, expert_format, model.int4_group_size)
+    attention_format = behaviour.prefill_attention_format(kv_bytes)
+    rates = layer_rates(cluster.gpu, eff, dense_format, expert_format, model.int4_group_size, attention_format)
     tp, adp, pp = _f(tp), _f(adp), _f(pp)
     moe_tp, moe_ep = _f(moe_tp), _f(moe_ep)
     q = 1.0 + float(draft_tokens)
@@ -277,7 +278,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
             first_decodes, _ = mtp_draft_pass(model, cluster, eff, behaviour, rates, kv_bytes, tp, adp, moe_tp,
                                               moe_ep, d, decode_ctx, kept)
         else:
-            head_rates = layer_rates(cluster.gpu, eff, "bf16", "bf16")
+            head_rates = layer_rates(cluster.gpu, eff, "bf16", "bf16", prefill_attention_format=attention_format)
             first, draft_kernels = eagle_draft_pass(draft_head, cluster, eff, behaviour, head_rates, kv_bytes, tp, adp,
                                                     d, decode_ctx, kept, P, prefill_keys)
             first_decodes, _ = eagle_draft_pass(draft_head, cluster, eff, behaviour, head_rates, kv_bytes, tp, adp,

@@ -207,6 +207,15 @@ class ServingBehaviour:
             tp_size / dp_size; vLLM's DP x TP). False: attention is tensor-parallel or
             data-parallel over the whole worker, an attention-DP rank one GPU (TensorRT-LLM's
             ``enable_attention_dp``). Default True; every shipped stack states it.
+        fp8_context_attention: the engine runs the prefill attention core (context FMHA, and
+            the expanded context MLA) in FP8 whenever its KV cache is FP8 or narrower: the queries
+            are quantised to the cache's format and both BMMs run on the FP8 tensor cores, at
+            twice the 16-bit rate on Hopper and Blackwell (TensorRT-LLM
+            ``cpp/tensorrt_llm/thop/attentionOp.cpp``: ``mFP8ContextFMHA = ... ||
+            (hasFp8KvCache() && use_paged_context_fmha)``, paged context FMHA being on with the
+            default KV block reuse, and ``mFP8ContextMLA = (sm 90/100/103/120) &&
+            hasFp8KvCache()``). Read through ``prefill_attention_format``. Default False: the
+            16-bit rate whatever the cache (an engine where the FP8 path is not established).
         gpu_vendors: the GPU vendors the engine runs on (``GPUSpec.vendor``); empty: any.
         native_only_formats: weight formats the engine serves only on GPUs whose tensor cores
             compute them (it has no weight-only kernel that dequantises them to 16-bit, as
@@ -242,6 +251,7 @@ class ServingBehaviour:
     expert_splits: str = "any"
     token_budget_split_over_attention_dp: bool = False
     attention_dp_with_tp: bool = True
+    fp8_context_attention: bool = False
     gpu_vendors: tuple = ()
     native_only_formats: tuple = ()
 
@@ -361,6 +371,12 @@ class ServingBehaviour:
         simulator's prefill side and the exports' context-server settings read)."""
         overlap = self.overlap_scheduler and self.context_overlap_scheduler
         return self if overlap == self.overlap_scheduler else replace(self, overlap_scheduler=overlap)
+
+    def prefill_attention_format(self, kv_bytes: float) -> str:
+        """The dtype of the prefill attention core's BMMs for a KV cache of ``kv_bytes`` bytes
+        an element: ``fp8`` under ``fp8_context_attention`` with an FP8 (1 byte) or narrower
+        cache, else ``bf16``."""
+        return "fp8" if self.fp8_context_attention and float(kv_bytes) <= 1.0 else "bf16"
 
     def graph_covers(self, decode_batch, mixed) -> "object":
         """Whether a step runs from a CUDA graph (numpy-friendly): a decode-only forward pass of
