@@ -219,7 +219,8 @@ def render_report(report: HeteroReport, model: ModelSpec, cluster: PooledCluster
              f"recompute={s.recompute.value} sequence_parallel={'on' if plan.sequence_parallel else 'off'} "
              f"dtype={s.dtype} schedule={s.schedule.value} gpus={report.n_gpus}", "",
              "step time (pipeline parts: the slowest replica group's slowest stage, bubble = its idle share;",
-             "           dp_comm_exposed_s and optimizer_s: the largest of any group, which the step waits for)"]
+             "           dp_comm_exposed_s: the gradient reduction's end after the slowest group's, each group's",
+             "           share running past its own end; optimizer_s: the largest of any group)"]
     step = report.step_time_s
     rows = [[k, f"{v:.4f}", f"{100 * v / step:.1f}"] for k, v in report.time_breakdown_s.items()]
     rows.append(["step_time_s", f"{step:.4f}", "100.0"])

@@ -43,8 +43,12 @@ then all-reduces the embedding's gradient between each replica's first and last 
 (the step model's ``tied_embedding_all_reduce_s``; across pools on the path between them,
 ``pool_links.path_cluster``). The optimizer step is memory-bound on each stage's own GPU.
 
-    step = max over groups (pipeline_g + straggler wait) + max over stages (exposed DP traffic)
+    step = max over groups (pipeline_g + straggler wait + exposed DP traffic of g's stages)
            + max over stages (optimizer)
+
+(the reduction over all replicas cannot end before each group has produced its gradients and
+its share has run past them: a lower bound on the ring's end that respects both the slowest
+group and the slowest exposure; ``dp_comm_exposed_s`` is what it adds after the slowest group)
 
 Memory per stage: its model states (ZeRO-sharded over all replicas), activations of the
 micro-batches in flight at its position (1F1B: min(m, pp - position); GPipe: m), the logits
@@ -198,7 +202,7 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     part_tp = n * units["tp_s"][k] + ends_tp
     part_rc = n * units["recompute_s"][k]
 
-    # ---- replica groups: fill, slowest stage, micro-batches -------------------------------------
+    # ---- replica groups: fill, slowest stage --------------------------------------------------
     gstart = _starts(g, G)
     fill = np.add.reduceat(count * t_stage, gstart) if R else np.zeros(0)
     slowest = np.maximum.reduceat(t_stage, gstart) if R else np.zeros(0)
@@ -207,32 +211,13 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     world = np.bincount(groups.plan, weights=d_group * np.add.reduceat(count * tp, gstart), minlength=P)
     wait_rate = (np.where(world[groups.plan] > 1, np.maximum.reduceat(skew * (part_compute + part_rc), gstart), 0.0)
                  if R else np.zeros(0))
-    m_given = groups.micro_batches.astype(float)
-    free = np.isnan(m_given)
-    if free.any():
-        # the groups that leave their counts to the shares split what the stated groups leave of
-        # the plan's micro-batches, minimising the largest pipeline + casts + wait (each
-        # replica's time, linear in m)
-        stated = np.bincount(groups.plan, weights=np.where(free, 0.0, m_given * d_group), minlength=P)
-        idx = np.flatnonzero(free)
-        m_share, total_share = speed_shares(groups.plan[idx], groups.replicas[idx], (fill + casts + wait_rate)[idx],
-                                            (slowest + wait_rate)[idx], M - stated)
-        m = m_given.copy()
-        m[idx] = m_share
-        group_total = np.where(free, 0.0, m_given * d_group)
-        group_total[idx] = total_share
-    else:
-        m = m_given
-        group_total = m_given * d_group
     # each stage's forward and backward of one micro-batch (with its ends, accumulation and the
     # sends it makes in that direction): the pipeline is the schedule's makespan over them, as
-    # the step model's (set below); the shares above split the micro-batches by its linear
+    # the step model's (set below); the shares below split the micro-batches by its linear
     # approximation fill + (m - 1) x slowest
     ends_b = first * units["embedding_bwd_s"][k] + last * units["head_bwd_s"][k]
     window_b = n * (bwd + w) + ends_b + grad_accum + to_prev
     window_f = n * fwd + (ends - ends_b) + to_next
-    wait_row = skew * m[g] * (part_compute + part_rc)
-    sync = np.where(world[groups.plan] > 1, np.maximum.reduceat(wait_row, gstart), 0.0) if R else np.zeros(0)
 
     # ---- data-parallel gradient reduction and parameter gather ----------------------------------
     D_row = D[plan_of_row]
@@ -284,6 +269,31 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
                             groups.stages)
     tied_row = np.where(blocks.position == 0, tied[g], 0.0) if R else np.zeros(0)
     dp_row = np.where(blocks.position == 0, exposed_grad + exposed_gather + tied_row, 0.0)
+    # each group's exposed data-parallel traffic (its first stage's; the largest of its rows), per step
+    dp_group = np.maximum.reduceat(dp_row, gstart) if R else np.zeros(0)
+
+    # ---- micro-batches per replica group --------------------------------------------------------
+    m_given = groups.micro_batches.astype(float)
+    free = np.isnan(m_given)
+    if free.any():
+        # the groups that leave their counts to the shares split what the stated groups leave of
+        # the plan's micro-batches, minimising the largest pipeline + casts + wait (each
+        # replica's time, linear in m) + the group's exposed data-parallel traffic (a group's
+        # reduction runs past its own end, ``tail`` below)
+        stated = np.bincount(groups.plan, weights=np.where(free, 0.0, m_given * d_group), minlength=P)
+        idx = np.flatnonzero(free)
+        m_share, total_share = speed_shares(groups.plan[idx], groups.replicas[idx],
+                                            (fill + casts + wait_rate + dp_group)[idx], (slowest + wait_rate)[idx],
+                                            M - stated)
+        m = m_given.copy()
+        m[idx] = m_share
+        group_total = np.where(free, 0.0, m_given * d_group)
+        group_total[idx] = total_share
+    else:
+        m = m_given
+        group_total = m_given * d_group
+    wait_row = skew * m[g] * (part_compute + part_rc)
+    sync = np.where(world[groups.plan] > 1, np.maximum.reduceat(wait_row, gstart), 0.0) if R else np.zeros(0)
 
     # ---- optimizer ------------------------------------------------------------------------------
     # the step model's bytes a parameter (fp32 moments: the pooled model refuses 16-bit ones)
@@ -305,14 +315,30 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     # ---- per plan -----------------------------------------------------------------------------
     pstart_g = _starts(groups.plan, P)
     pstart_r = _starts(plan_of_row, P)
-    dp_max = np.maximum.reduceat(dp_row, pstart_r) if R else np.zeros(0)
     opt_max = np.maximum.reduceat(opt_row, pstart_r) if R else np.zeros(0)
     fits = np.minimum.reduceat((mem <= hbm).astype(np.int8), pstart_r).astype(bool) if R else np.zeros(0, bool)
     f_tab, b_tab = stage_table(window_f, window_b, g, blocks.position, blocks.count, G,
                                int(groups.stages.max()) if G else 1)
 
+    def tail(group_time):
+        """Per plan: the slowest group's end and what the reduction adds after it.
+
+        The reduction over all replicas cannot end before every group has produced its
+        gradients: group g ends its backward at group_time_g and its share runs past that by
+        its own exposure (dp_group_g, against its own backward window), so it ends at
+        max_g(group_time_g + dp_group_g), a lower bound that respects both the slowest group
+        and the slowest exposure (the slowest end plus the largest exposure of any group let a
+        faster group's shorter window, hence larger exposure, lengthen the step). Written as
+        max_g(dp_group_g - g's slack behind the slowest): exactly the slowest group's exposure
+        where that binds."""
+        if not G:
+            return np.zeros(0), np.zeros(0)
+        slowest_end = np.maximum.reduceat(group_time, pstart_g)
+        return slowest_end, np.maximum.reduceat(dp_group - (slowest_end[groups.plan] - group_time), pstart_g)
+
     def steps(span):
-        return (np.maximum.reduceat(span + casts + sync, pstart_g) if G else np.zeros(0)) + dp_max + opt_max
+        end, dp_after = tail(span + casts + sync)
+        return end + dp_after + opt_max
 
     if exact_top is None or P <= exact_top:
         span = group_makespans_s(settings.schedule, f_tab, b_tab, groups.stages, m)
@@ -335,7 +361,9 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
             span = np.where(more[groups.plan], exact, span)
     pipeline = span + casts
     group_time = pipeline + sync
-    step = (np.maximum.reduceat(group_time, pstart_g) if G else np.zeros(0)) + dp_max + opt_max
+    # dp_tail: the exposed reduction after the slowest group ends (``tail``; the parts sum to the step)
+    slowest_group, dp_tail = tail(group_time)
+    step = slowest_group + dp_tail + opt_max
 
     # breakdown: the critical group's slowest stage (its parts sum to the step)
     crit_g = _argmax_by(group_time, groups.plan, P)
@@ -369,7 +397,7 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
         # the critical group's slowest stage idles for its makespan less its work (one stage a
         # group printed -4.4e-16 s before the rounding was cut)
         "pipeline_bubble_s": pipeline_bubble_s(pipeline[crit_g], mc * slowest[crit_g]),
-        "dp_comm_exposed_s": dp_max,
+        "dp_comm_exposed_s": dp_tail,
         "sync_wait_s": sync[crit_g],
         "optimizer_s": opt_max,
         "offload_exposed_s": np.zeros(P),      # pooled plans do not offload

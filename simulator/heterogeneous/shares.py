@@ -2,10 +2,11 @@
 
 A replica of group g that runs m micro-batches takes ``f_g(m) = fill_g + (m - 1) * t_g``
 seconds (the pipeline's stage times summed, then one slowest-stage time per further
-micro-batch; ``compose`` folds the once-per-step weight casts into fill_g and the per-micro-batch
-straggler wait into both). The step's pipeline part is the largest f_g(m) over every replica,
-and the shares minimise it over integer counts, every replica running at least one micro-batch
-and all of them M in all (``speed_shares``).
+micro-batch; ``compose`` folds the once-per-step weight casts and the group's data-parallel
+reduction exposed past its own end into fill_g, and the per-micro-batch straggler wait into
+both). The step's pipeline part is the largest f_g(m) over every replica, and the shares
+minimise it over integer counts, every replica running at least one micro-batch and all of them
+M in all (``speed_shares``).
 
 Exact by greedy: hand out the micro-batches one at a time, each to the replica whose finish time
 after taking it is smallest. That is optimal for any finish times that grow with m (the discrete

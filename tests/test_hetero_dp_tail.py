@@ -1,0 +1,65 @@
+"""The data-parallel reduction across replica groups ends after every group's own end plus its own
+exposure, not after the slowest group's end plus the largest exposure of any group: a faster
+pool in place of a slower one never slows the step or the best plan.
+
+The case (a review's): llama3-8b, 24 sequences of 8192, on 8 + 16 GPUs joined at 100 Gb/s;
+2 replicas of tp4 pp1 on pool x + 4 of tp4 pp1 on pool y, micro-batch 4, ZeRO-1, sequence
+parallel. Each replica runs one micro-batch. With H100s on both pools each group's stage takes
+990.5 ms and its gradients' reduce-scatter stays exposed 18.8 ms past it (optimizer 6.2 ms):
+1.0155 s. With H200s on x, x's stage takes 963.4 ms and its shorter backward window leaves
+32.0 ms of the same ring exposed past its own end, i.e. until 995.4 ms, before y's end at
+990.5 + 18.8 = 1009.3 ms. The ring cannot end before either, so the step is
+max(963.4 + 32.0, 990.5 + 18.8) + optimizer <= 0.9905 + 0.019 + optimizer; summing the slowest
+end and the largest exposure (0.9905 + 0.0320 + 0.0062 = 1.0287 s) made the H200s slower.
+"""
+from __future__ import annotations
+
+import pytest
+
+from hardware_specs.catalog import load_cluster
+from hardware_specs.pools import Pool, PooledCluster, PoolLink
+from model_specs.catalog import load_model
+from planners.heterogeneous import plan_heterogeneous
+from simulator.heterogeneous import HeteroPlan, ReplicaGroup, StagePlacement, simulate_heterogeneous
+
+MODEL = load_model("llama3-8b")
+H100, H200 = load_cluster("dgx-h100"), load_cluster("hgx-h200")
+
+
+def _cluster(x):
+    return PooledCluster("xy", (Pool("x", x, 8), Pool("y", H100, 16)),
+                         (PoolLink(("x", "y"), 100e9 / 8, 5e-6, "infiniband"),))
+
+
+PLAN = HeteroPlan(groups=(ReplicaGroup((StagePlacement("x", 4, 32),), replicas=2),
+                          ReplicaGroup((StagePlacement("y", 4, 32),), replicas=4)),
+                  micro_batch=4, global_batch=24, zero_stage=1, sequence_parallel=True)
+
+
+def test_the_ring_ends_after_each_groups_own_end_plus_its_own_exposure():
+    h200 = simulate_heterogeneous(MODEL, _cluster(H200), PLAN)
+    # the review's numbers: the groups' stages (ms) and their exposures (s)
+    x, y = (s for s in h200.stages)
+    assert x.stage_time_s == pytest.approx(0.9634, abs=1e-4) and y.stage_time_s == pytest.approx(0.9905, abs=1e-4)
+    assert x.dp_comm_exposed_s == pytest.approx(0.0320, abs=1e-4)
+    assert y.dp_comm_exposed_s == pytest.approx(0.0188, abs=1e-4)
+    opt = h200.time_breakdown_s["optimizer_s"]
+    assert opt == pytest.approx(max(x.optimizer_s, y.optimizer_s), rel=1e-12)
+    # y (the slower group) binds: 0.9905 + 0.0188 > 0.9634 + 0.0320
+    assert h200.step_time_s <= 0.9905 + 0.0190 + opt + 1e-4
+    assert h200.step_time_s == pytest.approx(max(x.stage_time_s + x.dp_comm_exposed_s,
+                                                 y.stage_time_s + y.dp_comm_exposed_s) + opt, rel=1e-9)
+    # the breakdown names what the ring adds after the slowest group ends, and still sums to the step
+    assert h200.time_breakdown_s["dp_comm_exposed_s"] == pytest.approx(y.dp_comm_exposed_s, rel=1e-12)
+    assert sum(h200.time_breakdown_s.values()) == pytest.approx(h200.step_time_s, rel=1e-12)
+
+
+def test_h200s_in_place_of_h100s_never_slow_the_plan_or_the_best_plan():
+    h100 = simulate_heterogeneous(MODEL, _cluster(H100), PLAN)
+    h200 = simulate_heterogeneous(MODEL, _cluster(H200), PLAN)
+    # both groups alike on H100s: 0.9905 + 0.0188 + 0.0062
+    assert h100.step_time_s == pytest.approx(0.9905 + 0.0188 + 0.0062, abs=2e-4)
+    assert h200.step_time_s <= h100.step_time_s * (1 + 1e-12)
+    best = {name: plan_heterogeneous(MODEL, _cluster(x), 24).best_report.step_time_s
+            for name, x in (("h100", H100), ("h200", H200))}
+    assert best["h200"] <= best["h100"] * (1 + 1e-12), best
