@@ -17,10 +17,12 @@ from cost_models import pool_links
 from cost_models.compute import activation_bytes
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
+from cost_models.topology import pipeline_exchange_transfers
+from planners.hetero_refine import refine_split
 from planners.hetero_split import split_feasible, split_layers
 from simulator.heterogeneous.compose import (Groups, StageBlocks, boundary_p2p_s, in_flight_microbatches,
-                                             layer_activation_bytes, pool_reserved_bytes, stage_accumulation_s,
-                                             stage_memory_parts, stage_param_count)
+                                             layer_activation_bytes, pass_windows_s, pool_reserved_bytes,
+                                             stage_accumulation_s, stage_memory_parts, stage_param_count)
 from simulator.heterogeneous.unit_costs import UnitCosts
 from simulator.parallel_config import ParallelConfig
 
@@ -209,13 +211,39 @@ def fits_memory(model: ModelSpec, cluster: PooledCluster, settings: ParallelConf
     return np.bincount(p.plan, weights=~ok, minlength=P) == 0
 
 
+def _refined(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelConfig, units: UnitCosts, p: Pipelines,
+             cl, split, cap, tau, extra, key, tp, sends, top: int):
+    """``hetero_refine.refine_split`` of ``split``, with each class's forward and backward
+    windows as ``compose`` prices them (``pass_windows_s``: linear in the stage's layers)."""
+    used = cl["mult"] > 0
+    first, last = cl["first"] & used, cl["last"] & used
+    to_prev, to_next = sends
+    ends = first * units["embedding_s"][key] + last * units["head_s"][key]
+    ends_b = first * units["embedding_bwd_s"][key] + last * units["head_bwd_s"][key]
+    hbm_bw = np.array([q.cluster.gpu.hbm_bw_bytes_per_s for q in cluster.pools])[np.where(used, cl["pool"], 0)]
+    overhead = np.array([e.kernel_overhead_s for e in effs])[np.where(used, cl["pool"], 0)]
+
+    def windows(n):
+        acc = stage_accumulation_s(model, settings, np.full(tp.shape, n), first, last, tp, hbm_bw, overhead)
+        return pass_windows_s(n, units["fwd_s"][key], units["bwd_s"][key], units["w_s"][key], ends, ends_b, acc,
+                              to_prev, to_next)
+
+    (f0, b0), (fa, ba) = windows(0.0), windows(1.0)
+    pp = p.seg_stages.sum(axis=1)
+    return refine_split(settings.schedule, split, cl["mult"], cl["pos"], cap, fa - f0, f0, ba - b0, b0,
+                        units["weight_cast_s"][key], pp, p.micro_batches, tau, extra, top)
+
+
 def lay_out(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelConfig, units: UnitCosts,
-            p: Pipelines, zero_of_plan, memory_limit_bytes, ring_mask_of_plan=None) -> Layout:
+            p: Pipelines, zero_of_plan, memory_limit_bytes, ring_mask_of_plan=None,
+            refine: int | None = None) -> Layout:
     """Split every candidate group's layers and return the stage blocks ``compose`` takes.
 
     ``zero_of_plan``: (P,) ZeRO stage; ``memory_limit_bytes``: (pools,) usable bytes per GPU;
     ``ring_mask_of_plan``: (P, pools) pools the data-parallel rings of a plan cross (None: each
-    row's own pool).
+    row's own pool). ``refine``: move the min-max split of the candidates that can rank among the
+    ``refine`` fastest to its neighbour of least pipeline makespan (``hetero_refine``; for the
+    splits that are scored, not for estimates; None: no move).
     """
     C = len(p)
     P = int(p.plan.max()) + 1 if C else 0
@@ -240,11 +268,17 @@ def lay_out(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     stages_on_pool = ((p.seg_pool[:, None, :] == pool[:, :, None]) * p.seg_stages[:, None, :]).sum(axis=2)
     flat = lambda a: np.asarray(a).reshape(-1)  # noqa: E731
     p2p = np.zeros(C * K)
+    sends = []
     for other_pool, other_tp in ((cl["prev_pool"], cl["prev_tp"]), (cl["next_pool"], cl["next_tp"])):
         op = np.where(used, other_pool, -1)
-        p2p += boundary_p2p_s(cluster, effs, bw_m, lat_m, flat(pool), flat(tp), flat(op), flat(other_tp),
-                              flat(tokens), h, act_bytes, flat(stride), flat(stages_on_pool),
-                              flat(np.asarray(units.sequence_parallel, dtype=bool)[key]), settings.pipeline_scatter_gather)
+        args = (cluster, effs, bw_m, lat_m, flat(pool), flat(tp), flat(op), flat(other_tp), flat(tokens), h, act_bytes,
+                flat(stride), flat(stages_on_pool), flat(np.asarray(units.sequence_parallel, dtype=bool)[key]),
+                settings.pipeline_scatter_gather)
+        one = boundary_p2p_s(*args)
+        p2p += one
+        if refine is not None:      # the sends as compose prices them (a blocking exchange sends twice)
+            transfers = pipeline_exchange_transfers(settings.pipe_exchange_blocking)
+            sends.append((one if transfers == 1.0 else boundary_p2p_s(*args, transfers)).reshape(C, K))
     p2p = p2p.reshape(C, K)
     first, last = cl["first"] & used, cl["last"] & used
     # time of a stage with n layers: extra + n tau (unfused gradient accumulation is linear in n)
@@ -259,6 +293,9 @@ def lay_out(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
         extra = extra + a0
     cap = _memory_caps(model, cluster, settings, units, p, cl, zero_of_plan, memory_limit_bytes)
     split = split_layers(cl["mult"], tau, extra, cap, model.num_layers)
+    if refine is not None:
+        split = _refined(model, cluster, effs, settings, units, p, cl, split, cap, tau, extra, key, tp, sends,
+                         int(refine))
     ok = split.feasible
     plan_ok = np.bincount(p.plan, weights=~ok, minlength=P) == 0
 

@@ -268,7 +268,7 @@ def _score(model, cluster, effs, settings, units, pipes: Pipelines, zero, limits
            top: int):
     P = int(pipes.plan.max()) + 1 if len(pipes) else 0
     ring = np.ones((P, len(cluster.pools)), dtype=bool) if ring_all else None
-    layout = lay_out(model, cluster, effs, settings, units, pipes, zero, limits, ring)
+    layout = lay_out(model, cluster, effs, settings, units, pipes, zero, limits, ring, refine=max(int(top), 1))
     kept = np.flatnonzero(layout.plan_ok)
     if len(kept) == 0:
         return None

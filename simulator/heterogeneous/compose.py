@@ -216,8 +216,7 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     # the step model's (set below); the shares below split the micro-batches by its linear
     # approximation fill + (m - 1) x slowest
     ends_b = first * units["embedding_bwd_s"][k] + last * units["head_bwd_s"][k]
-    window_b = n * (bwd + w) + ends_b + grad_accum + to_prev
-    window_f = n * fwd + (ends - ends_b) + to_next
+    window_f, window_b = pass_windows_s(n, fwd, bwd, w, ends, ends_b, grad_accum, to_prev, to_next)
 
     # ---- data-parallel gradient reduction and parameter gather ----------------------------------
     D_row = D[plan_of_row]
@@ -433,6 +432,17 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
         "row_pool": pool,
     }
     return out
+
+
+def pass_windows_s(layers, fwd_s, bwd_s, w_s, ends_s, ends_bwd_s, accumulation_s, to_prev_s, to_next_s):
+    """(forward, backward) seconds of one micro-batch on a stage of ``layers`` layers: its
+    layers' passes (``fwd_s``; ``bwd_s`` + ``w_s``, per layer), its ends (``ends_s`` both passes,
+    ``ends_bwd_s`` of it in the backward), its gradient accumulation (backward) and the send it
+    makes in that direction (``to_next_s`` forward, ``to_prev_s`` backward). The pipeline's
+    makespan is taken over them (``group_makespan``); they sum to the stage's time."""
+    window_b = layers * (bwd_s + w_s) + ends_bwd_s + accumulation_s + to_prev_s
+    window_f = layers * fwd_s + (ends_s - ends_bwd_s) + to_next_s
+    return window_f, window_b
 
 
 def stage_param_count(model: ModelSpec, layers, first, last, pp, tp):
