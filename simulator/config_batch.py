@@ -33,6 +33,17 @@ def modules_names(mask: int) -> tuple[str, ...]:
     return tuple(n for n in RECOMPUTE_MODULES if int(mask) & MODULE_BITS[n])
 
 
+def node_host_share(gpus_on_node, gpus_per_node: int, gpus_per_host: int | None):
+    """The share of a node's host resources that ``gpus_on_node`` of its GPUs can use (numpy-
+    friendly): their hosts' share of the node, ceil(gpus_on_node / gpus_per_host) x gpus_per_host
+    / gpus_per_node. A node that is one host (a DGX: gpus_per_host = gpus_per_node, or unstated)
+    gives all of it to any job on it; a GB200 NVL72 rack states its 36 Grace CPUs' memory and
+    bandwidth as one 72-GPU node of 18 four-GPU trays, so a 4-GPU job has one tray's 1/18."""
+    per_host = float(gpus_per_host or gpus_per_node)
+    hosts = np.ceil(np.asarray(gpus_on_node, dtype=float) / per_host)
+    return np.minimum(hosts * per_host / float(gpus_per_node), 1.0)
+
+
 @dataclass(frozen=True)
 class ConfigBatch:
     """Columns of equal length; ``dtype`` is shared by the whole batch (the planner groups by it)."""
@@ -122,6 +133,12 @@ class ConfigBatch:
 
     def __len__(self) -> int:
         return int(np.shape(self.dp)[0])
+
+    def host_share_of_node(self, gpus_per_node: int, gpus_per_host: int | None) -> np.ndarray:
+        """The share of a node's host resources (the memory and memory bandwidth a cluster file
+        states per node) the job's GPUs on its fullest node can use, per row (float):
+        ``node_host_share(gpus_on_a_node, gpus_per_node, gpus_per_host)``."""
+        return node_host_share(self.gpus_on_a_node(gpus_per_node), gpus_per_node, gpus_per_host)
 
     def gpus_on_a_node(self, gpus_per_node: int) -> np.ndarray:
         """The job's GPUs on its fullest node, per row (float): min(dp x tp x pp x cp,

@@ -191,7 +191,10 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
     # the host to itself, ``ConfigBatch.gpus_on_a_node``)
     out["host_memory_node_bytes"] = out["host_memory_bytes"] * batch.gpus_on_a_node(cluster.gpus_per_node)
     if host is not None and host.memory_bytes is not None:
-        out["host_fits"] = out["host_memory_node_bytes"] <= host.memory_bytes
+        # the hosts those GPUs sit on hold their share of the node's stated memory (a 4-GPU job on
+        # a GB200 NVL72 rack has one tray's two Grace CPUs, not the rack's 36)
+        out["host_fits"] = out["host_memory_node_bytes"] <= host.memory_bytes * batch.host_share_of_node(
+            cluster.gpus_per_node, cluster.gpus_per_host)
     else:
         out["host_fits"] = np.ones(n, dtype=bool)
     out.update({"_p_dense_layer": per_row["dense_p"], "_p_moe_layer": per_row["moe_ne_p"],

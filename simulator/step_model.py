@@ -956,8 +956,9 @@ def _layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, r
 def _optimizer_offload_s(cluster: ClusterSpec, batch: ConfigBatch, params_offloaded, grad_window_s,
                          exposed_grad_s=0.0):
     """Exposed seconds per step of the optimizer share kept on the host: the gradients' copy
-    beyond the last backward, the host's Adam step (at the host memory bandwidth shared by the
-    job's GPUs on a node, ``ConfigBatch.gpus_on_a_node``), the weights' copy back.
+    beyond the last backward, the host's Adam step (at the memory bandwidth of the hosts the
+    job's GPUs on a node sit on, shared by those GPUs: ``ConfigBatch.host_share_of_node``,
+    ``gpus_on_a_node``), the weights' copy back.
 
     The copy hides under the same backward window as the data-parallel gradient reduction
     (``exposed_grad_s`` is what of that reduction the window leaves exposed): a bucket goes to
@@ -972,7 +973,9 @@ def _optimizer_offload_s(cluster: ClusterSpec, batch: ConfigBatch, params_offloa
         raise InputError("offload_optimizer_fraction", f"cluster {cluster.name} states no host memory bandwidth "
                          "for the host's optimizer step", "add host: {memory_bw_gb_per_s: ...} to the cluster YAML")
     step = offload.optimizer_offload_step(params_offloaded, GRAD_BUFFER_BYTES, _link_bw(cluster, batch),
-                                          host.memory_bw_bytes_per_s / batch.gpus_on_a_node(cluster.gpus_per_node))
+                                          host.memory_bw_bytes_per_s
+                                          * batch.host_share_of_node(cluster.gpus_per_node, cluster.gpus_per_host)
+                                          / batch.gpus_on_a_node(cluster.gpus_per_node))
     copy_tail = np.maximum(step["grads_to_host_s"] - grad_window_s, 0.0)
     return (np.maximum(copy_tail - exposed_grad_s, 0.0) + step["host_step_s"]
             + step["weights_to_gpu_s"])

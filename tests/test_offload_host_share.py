@@ -48,3 +48,34 @@ def test_the_host_memory_a_job_needs_on_a_node_is_its_own_gpus_share(dp, sharers
     one_and_a_half = replace(DGX, host=replace(DGX.host, memory_bytes=1.5 * report.extras["host_memory_bytes"]))
     assert simulate(MODEL, one_and_a_half, replace(config, dp=1, global_batch=1)).fits
     assert not simulate(MODEL, one_and_a_half, replace(config, dp=2, global_batch=2)).fits
+
+
+GB200 = load_cluster("gb200-nvl72")    # one 72-GPU node: 18 trays of 4 GPUs and 2 Grace CPUs each;
+                                        # the file states the rack's 36 Graces: 16,093 GiB, 18,400 GB/s
+
+
+def test_a_job_on_part_of_a_gb200_rack_has_its_trays_share_of_the_rack_s_host():
+    # 4 GPUs = one tray = 1/18 of the rack's host: 18,400 / 18 = 1,022.2 GB/s for its 4 GPUs,
+    # 255.6 GB/s each (not 18,400 / 4); 16,093 / 18 = 894.1 GiB of host memory
+    from simulator.config_batch import node_host_share
+    assert node_host_share(4, 72, 4) == pytest.approx(1 / 18)
+    assert node_host_share(6, 72, 4) == pytest.approx(2 / 18)         # two trays, partly used
+    assert node_host_share(72, 72, 4) == 1.0 and node_host_share(3, 8, None) == 1.0
+    config = ParallelConfig(dp=4, pp=1, micro_batch=1, global_batch=4, zero_stage=0, offload_optimizer_fraction=1.0)
+    base = simulate(MODEL, GB200, config)
+    fast = simulate(MODEL, _faster_host(GB200, 2.0), config)
+    params = base.extras["host_memory_bytes"] / 16.0
+    per_gpu_bw = 18400e9 / 18 / 4
+    saved = base.time_breakdown_s["offload_exposed_s"] - fast.time_breakdown_s["offload_exposed_s"]
+    assert saved == pytest.approx(HOST_ADAM_BYTES * params / per_gpu_bw / 2.0, rel=1e-9)
+
+
+def test_a_4_gpu_job_on_a_gb200_rack_fits_one_tray_s_host_memory_not_the_rack_s():
+    tray_gib = GB200.host.memory_bytes / 18 / 2**30
+    assert tray_gib == pytest.approx(16093 / 18)
+    config = ParallelConfig(dp=4, pp=1, micro_batch=1, global_batch=4, zero_stage=0, offload_optimizer_fraction=1.0)
+    need = simulate(MODEL, GB200, config).extras["host_memory_bytes"]
+    # a host memory of 18 trays x (4 GPUs' need x 1.01) fits; x 0.99 does not
+    for scale, fits in ((1.01, True), (0.99, False)):
+        host = replace(GB200.host, memory_bytes=18 * 4 * need * scale)
+        assert simulate(MODEL, replace(GB200, host=host), config).fits is fits
