@@ -529,7 +529,7 @@ def test_nothing_fits_names_a_row_over_the_gpu_memory_and_says_when_the_host_bin
     assert lead in message
     host_need = float(message.split(lead)[1].split(" GiB")[0].replace(",", ""))
     assert host_need > 2048.0
-    assert " GiB of host memory per node of 8 GPUs, of the host's 2,048 GiB" in message
+    assert " GiB of host memory per node of 8 GPUs, of the 2,048 GiB its hosts hold" in message
     with pytest.raises(InputError) as err:       # only the row the host limits
         plan("llama3-8b", "dgx-a100-80gb", 8, 64, space_chunk_rows=space_chunk_rows,
              fixed={**GPIPE_8B["fixed"], "sequence_parallel": True})
