@@ -109,15 +109,18 @@ def text_outputs(nb) -> list[list[str]]:
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        texts = []
-        for out in cell.get("outputs", []):
+        parts = []                           # (kind, text), consecutive prints of one stream joined:
+        for out in cell.get("outputs", []):  # the kernel splits a stream where its flushes happen to fall
             if out.output_type == "stream":
-                texts.append(f"{out.name}: " + keep(out.text))
+                if parts and parts[-1][0] == out.name:
+                    parts[-1] = (out.name, parts[-1][1] + out.text)
+                else:
+                    parts.append((out.name, out.text))
             elif "data" in out and "image/png" not in out.data:
                 mime = "text/markdown" if "text/markdown" in out.data else "text/plain"
                 if mime in out.data:
-                    texts.append(f"{mime}: " + keep(out.data[mime]))
-        cells.append(texts)
+                    parts.append((mime, out.data[mime]))
+        cells.append([f"{kind}: " + keep(text) for kind, text in parts])
     return cells
 
 
