@@ -384,9 +384,10 @@ def _describe(space, row: int, dtype: str, offload_layers: int = 0) -> str:
 def _host_need(space, ev, cluster) -> str:
     """The configuration of ``ev.host_bound`` and the host memory it needs, for an error."""
     host_bytes, row, dtype_index, offload = ev.host_bound
-    from simulator.config_batch import node_host_share
+    from simulator.config_batch import gpus_on_a_node, node_host_share
     col = space.columns
-    on_node = min(int(col["dp"][row] * col["tp"][row] * col["pp"][row] * col["cp"][row]), cluster.gpus_per_node)
+    on_node = int(gpus_on_a_node(col["dp"][row] * col["tp"][row] * col["pp"][row] * col["cp"][row],
+                                 cluster.gpus_per_node))
     share = float(node_host_share(on_node, cluster.gpus_per_node, cluster.gpus_per_host))
     has = f", of the {cluster.host.memory_bytes * share / GIB:,.0f} GiB its hosts hold" if cluster.host is not None \
         and cluster.host.memory_bytes is not None else ""

@@ -33,6 +33,14 @@ def modules_names(mask: int) -> tuple[str, ...]:
     return tuple(n for n in RECOMPUTE_MODULES if int(mask) & MODULE_BITS[n])
 
 
+def gpus_on_a_node(world, gpus_per_node: int):
+    """The GPUs of a job of ``world`` GPUs on its fullest node (numpy-friendly, float):
+    min(world, gpus_per_node). Jobs are placed on whole nodes in rank order, so a job smaller
+    than a node holds that many of one node's GPUs and leaves the node's other GPUs, and their
+    share of the host (its PCIe uplinks, memory bandwidth and memory), to something else."""
+    return np.minimum(np.asarray(world, dtype=float), float(gpus_per_node))
+
+
 def node_host_share(gpus_on_node, gpus_per_node: int, gpus_per_host: int | None):
     """The share of a node's host resources that ``gpus_on_node`` of its GPUs can use (numpy-
     friendly): their hosts' share of the node, ceil(gpus_on_node / gpus_per_host) x gpus_per_host
@@ -141,13 +149,10 @@ class ConfigBatch:
         return node_host_share(self.gpus_on_a_node(gpus_per_node), gpus_per_node, gpus_per_host)
 
     def gpus_on_a_node(self, gpus_per_node: int) -> np.ndarray:
-        """The job's GPUs on its fullest node, per row (float): min(dp x tp x pp x cp,
-        gpus_per_node). Jobs are placed on whole nodes in rank order, so a job smaller than a node
-        holds that many of one node's GPUs and leaves the node's other GPUs, and their share of
-        the host (its PCIe uplinks, memory bandwidth and memory), to something else."""
+        """The job's GPUs on its fullest node, per row: ``gpus_on_a_node(dp x tp x pp x cp)``."""
         world = (np.asarray(self.dp, dtype=float) * np.asarray(self.tp, dtype=float)
                  * np.asarray(self.pp, dtype=float) * np.asarray(self.cp, dtype=float))
-        return np.minimum(world, float(gpus_per_node))
+        return gpus_on_a_node(world, gpus_per_node)
 
     @classmethod
     def from_configs(cls, configs: list[ParallelConfig]) -> "ConfigBatch":

@@ -312,8 +312,9 @@ def _unchecked_host_memory(plan: dict, cluster) -> str:
     per_gpu = float(plan.get("host_memory_gib") or 0.0)
     if per_gpu <= 0 or host is None or host.memory_bytes is not None:
         return ""
+    from simulator.config_batch import gpus_on_a_node
     world = int(plan.get("dp", 1)) * int(plan.get("tp", 1)) * int(plan.get("pp", 1)) * int(plan.get("cp", 1))
-    on_node = min(world, cluster.gpus_per_node)          # the job's GPUs on its fullest node
+    on_node = int(gpus_on_a_node(world, cluster.gpus_per_node))
     return (f"note: the best plan keeps {per_gpu:,.1f} GiB per GPU in host memory, "
             f"{per_gpu * on_node:,.1f} GiB per node of {on_node} GPUs, which no plan "
             f"was checked against: {cluster.name} states no host memory per node (give its host: memory_gib "

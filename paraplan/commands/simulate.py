@@ -422,10 +422,10 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
         lines.append(stage_memory_table(report.stage_memory))
     host = report.extras.get("host_memory_bytes", 0.0)
     if host > 0:
-        from simulator.config_batch import node_host_share
+        from simulator.config_batch import gpus_on_a_node, node_host_share
         node = report.extras.get("host_memory_node_bytes", 0.0)
         limit = cluster.host.memory_bytes if cluster.host is not None else None
-        on_node = min(int(report.n_gpus), cluster.gpus_per_node)
+        on_node = gpus_on_a_node(report.n_gpus, cluster.gpus_per_node)
         share = float(node_host_share(on_node, cluster.gpus_per_node, cluster.gpus_per_host))
         per_host = cluster.gpus_per_host or cluster.gpus_per_node
         hosts = (f" (its {share * cluster.gpus_per_node / per_host:.0f} of the node's "
