@@ -26,8 +26,10 @@ label), ``model``, ``cluster``, ``gpu``, ``stack``, ``n_gpus``, ``seq_len``, eve
 (``simulator.report.TIME_PARTS``, seconds), ``tokens_per_s``, ``tokens_per_s_per_gpu``,
 ``model_tflops_per_gpu``, ``mfu_bf16_pct``, ``hfu_bf16_pct`` (percent of the GPU's dense bf16
 peak, as every command shows MFU: ``paraplan.mfu``; ``mfu_fp16_pct`` on V100), ``memory_gib`` and its parts (``weights_gib``, ...,
-from ``MEMORY_PARTS``), ``hbm_gib``, ``headroom_gib`` (HBM left free; negative: GiB over the HBM for a row that does not fit), ``fits`` (with the headroom a run keeps,
-``simulator.headroom``), ``scaleout_gbit_per_s``, ``scaleup_gbit_per_s`` and
+from ``MEMORY_PARTS``), ``hbm_gib``, ``headroom_gib`` (HBM left free; negative: GiB over the HBM for a row that does not fit),
+``host_memory_gib`` (host memory per GPU that activation offload needs; 0 without offload), ``fits``
+(with the headroom a run keeps and the host memory the job's hosts hold, ``simulator.headroom.step_fits``,
+as ``paraplan simulate``), ``scaleout_gbit_per_s``, ``scaleup_gbit_per_s`` and
 ``efficiency_fitted`` (False: the times rest on an unfitted prior efficiency model, see
 ``paraplan.priors``; say so beside any conclusion drawn from them).
 
@@ -101,8 +103,8 @@ MEMORY_COLUMNS = tuple(p.replace("_bytes", "_gib") for p in MEMORY_PARTS)
 ROW_COLUMNS = ("config", "model", "cluster", "gpu", "stack", "n_gpus", "seq_len") + CONFIG_FIELDS + (
     "global_batch_tokens", "num_microbatches", "step_time_s") + TIME_PARTS + (
     "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu_bf16_pct", "hfu_bf16_pct",
-    "memory_gib") + MEMORY_COLUMNS + ("hbm_gib", "headroom_gib", "fits", "scaleout_gbit_per_s",
-                                      "scaleup_gbit_per_s", "efficiency_fitted")
+    "memory_gib") + MEMORY_COLUMNS + ("hbm_gib", "headroom_gib", "host_memory_gib", "fits",
+                                      "scaleout_gbit_per_s", "scaleup_gbit_per_s", "efficiency_fitted")
 
 
 def row_columns(gpu: GPUSpec) -> list[str]:
@@ -405,7 +407,10 @@ def report_row(report: StepReport, model: ModelSpec | None = None,
         row[col] = float(report.memory_breakdown_bytes[part]) / GIB
     row["hbm_gib"] = float(report.hbm_bytes) / GIB
     row["headroom_gib"] = float(report.headroom_bytes) / GIB
-    row["fits"] = bool(headroom.fits(report.memory_bytes, report.hbm_bytes))
+    # host memory per GPU that activation offload needs (as api.plan's and sweep_grid's column)
+    row["host_memory_gib"] = float(report.extras.get("host_memory_bytes", 0.0)) / GIB
+    # HBM with the headroom a run keeps and the host memory offload needs, as ``paraplan simulate``
+    row["fits"] = headroom.report_fits(report)
     row["scaleout_gbit_per_s"] = cluster.scaleout.bw_bytes_per_s / GBIT if cluster is not None else np.nan
     row["scaleup_gbit_per_s"] = cluster.scaleup.bw_bytes_per_s / GBIT if cluster is not None else np.nan
     row["efficiency_fitted"] = _efficiency_fitted(cluster, efficiency) if cluster is not None else None

@@ -51,3 +51,19 @@ def fits(memory_bytes, hbm_bytes: float, requested_gib: float | None = None):
     """Whether ``memory_bytes`` (scalar or array) leaves the headroom free."""
     limit = hbm_bytes - headroom_gib(hbm_bytes, requested_gib) * GIB
     return np.asarray(memory_bytes) <= limit
+
+
+def step_fits(memory_bytes, hbm_bytes: float, host_fits=True, requested_gib: float | None = None):
+    """Whether a step fits (scalar or array): its peak per GPU leaves the headroom free
+    (``fits``) and the host memory its activation offload needs fits in its hosts' memory
+    (``host_fits``, ``simulator.stage_memory``: the node's stated memory, the job's share of it).
+    ``paraplan simulate``, :mod:`paraplan.api`'s rows and ``paraplan.sweeps`` all ask this one
+    question, so a row never says it fits where ``simulate`` says NO."""
+    return fits(memory_bytes, hbm_bytes, requested_gib) & np.asarray(host_fits, dtype=bool)
+
+
+def report_fits(report, requested_gib: float | None = None) -> bool:
+    """``step_fits`` of a ``simulator.report.StepReport`` (its ``extras["host_fits"]``; a report
+    without it offloads nothing to the host)."""
+    return bool(step_fits(report.memory_bytes, report.hbm_bytes, report.extras.get("host_fits", True),
+                          requested_gib))

@@ -438,8 +438,7 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
     lines.append("")
     free = report.headroom_bytes / GIB
     keep = headroom.headroom_gib(report.hbm_bytes, headroom_gib)
-    host_ok = bool(report.extras.get("host_fits", 1.0))
-    if headroom.fits(report.memory_bytes, report.hbm_bytes, keep) and host_ok:
+    if headroom.report_fits(report, keep):
         lines.append(f"fits: yes ({free:.2f} GiB free per GPU; the run keeps {keep:.2f} GiB headroom)")
     elif headroom.fits(report.memory_bytes, report.hbm_bytes, keep):
         lines.append("fits: NO (the host memory offload needs exceeds the node's; offload less)")
@@ -490,8 +489,7 @@ def json_dict(report: StepReport, cluster, headroom_gib: float) -> dict:
     and whether the efficiency model behind every time is fitted (``efficiency_fitted``)."""
     data = report.as_dict()
     data["headroom_required_bytes"] = headroom_gib * GIB
-    data["fits"] = bool(headroom.fits(report.memory_bytes, report.hbm_bytes, headroom_gib)
-                        and report.extras.get("host_fits", 1.0))
+    data["fits"] = headroom.report_fits(report, headroom_gib)
     dtype = report.config["dtype"]
     for name in ("mfu", "hfu"):
         data[mfu_units.mfu_column(cluster.gpu, name)] = float(mfu_units.mfu_pct(data.pop(name), dtype, cluster.gpu))

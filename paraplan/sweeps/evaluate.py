@@ -148,6 +148,7 @@ def _score(where: list[dict], configs: list, model, cluster, eff) -> None:
                for k in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_bytes",
                          "host_memory_bytes") + TIME_PARTS}
     exact = np.asarray(out["pipeline_exact"], dtype=bool).tolist()
+    host_ok = np.asarray(out["host_fits"], dtype=bool).tolist()
     mfu_col = mfu_column(cluster.gpu)
     for i, (row, config) in enumerate(zip(where, configs)):
         c = config.as_dict()
@@ -160,11 +161,13 @@ def _score(where: list[dict], configs: list, model, cluster, eff) -> None:
         row["memory_gib"], row["headroom_gib"] = memory / GIB, (hbm - memory) / GIB
         row["host_memory_gib"] = numbers["host_memory_bytes"][i] / GIB
         row["pipeline_exact"] = exact[i]
-        row["fits"] = bool(headroom.fits(memory, hbm))
+        row["fits"] = bool(headroom.step_fits(memory, hbm, host_ok[i]))
         if not row["fits"]:
             row["status"] = "does not fit"
             row["reason"] = (f"needs {memory / GIB:.1f} GiB of {hbm / GIB:.0f} GiB HBM with "
-                             f"{headroom.headroom_gib(hbm):.1f} GiB kept free")
+                             f"{headroom.headroom_gib(hbm):.1f} GiB kept free") if not headroom.fits(memory, hbm) \
+                else (f"offload needs {row['host_memory_gib']:.1f} GiB of host memory per GPU, more than "
+                      "the node's host memory holds for the job's GPUs")
 
 
 def _best(row: dict, point: Mapping, model, cluster, spec_config: Mapping, dtypes) -> None:
