@@ -31,12 +31,32 @@ def placed_cluster(cluster, n_gpus: int):
     (256 GPUs on NVL72: 64 a rack); any other cluster, or a job that keeps the rack's size, is
     returned as it is. ``simulate``, ``plan`` and the published validation place jobs this one way,
     so a layout NVIDIA runs in segments (DeepSeek-V3 on 256 GB200 with ep 64) is priced as run, not
-    refused for straddling racks of 72. The cluster keeps its name."""
+    refused for straddling racks of 72. The host memory and memory bandwidth the file states for
+    the whole domain shrink with it (``segment_host``). The cluster keeps its name."""
     from dataclasses import replace
     if cluster.scaleup.kind != "nvlink":
         return cluster
     per_domain = segment_gpus(n_gpus, cluster.launch_gpus_per_host, cluster.gpus_per_node)
-    return cluster if per_domain == cluster.gpus_per_node else replace(cluster, gpus_per_node=per_domain)
+    if per_domain == cluster.gpus_per_node:
+        return cluster
+    return replace(cluster, gpus_per_node=per_domain, host=segment_host(cluster.host, per_domain, cluster.gpus_per_node))
+
+
+def segment_host(host, kept_gpus: int, domain_gpus: int):
+    """The host side of ``kept_gpus`` of a ``domain_gpus``-GPU domain whose file states the
+    memory and memory bandwidth of all its hosts together (GB200 NVL72: 36 Grace CPUs' 17 TB and
+    18.4 TB/s for 72 GPUs): the trays kept hold kept / domain of both (16 of 18 trays: 64/72),
+    as ``simulator.config_batch.node_host_share`` gives a job inside one rack its trays' share.
+    A 256-GPU job in segments of 64 was checked against the whole rack's 16,093 GiB where its 16
+    trays hold 14,305. The per-GPU link to the host is each GPU's own and stays."""
+    if host is None:
+        return None
+    from dataclasses import replace
+    share = kept_gpus / domain_gpus
+    return replace(host,
+                   memory_bytes=None if host.memory_bytes is None else host.memory_bytes * share,
+                   memory_bw_bytes_per_s=None if host.memory_bw_bytes_per_s is None
+                   else host.memory_bw_bytes_per_s * share)
 
 
 def placement_note(cluster, n_gpus: int) -> str:

@@ -46,3 +46,36 @@ def test_api_rows_say_no_where_the_host_memory_offload_needs_is_more_than_the_no
     swept = api.sweep(dict(model="llama3.1-405b", cluster="dgx-h100", **OFFLOAD_405B),
                       "micro_batch", [8])
     assert bool(swept.fits.iloc[0]) is False and swept.host_memory_gib.iloc[0] == row.host_memory_gib
+
+
+def test_a_multi_rack_gb200_job_in_segments_has_its_trays_share_of_the_racks_host_memory():
+    """256 GPUs on GB200 NVL72 sit 64 in each of four racks (16 of 18 trays, Slurm segments:
+    ``hardware_specs.placement``); those trays' Grace CPUs hold 16,093 GiB x 64 / 72 = 14,304.9
+    GiB and 18.4 TB/s x 64 / 72 = 16.36 TB/s, not the whole rack's. Llama 3 70B at tp 1, mb 2,
+    ZeRO-3 with 47 layers offloaded needs 14,393.75 GiB on a rack's 64 GPUs: more than its trays
+    hold, so it does not fit (it fitted against 16,093 GiB and was the planner's winner)."""
+    from hardware_specs.catalog import load_cluster
+    from hardware_specs.placement import placed_cluster
+    rack = load_cluster("gb200-nvl72")
+    placed = placed_cluster(rack, 256)
+    assert placed.gpus_per_node == 64
+    assert placed.host.memory_bytes / GIB == pytest.approx(16093 * 64 / 72) == pytest.approx(14304.89, abs=0.01)
+    assert placed.host.memory_bw_bytes_per_s == pytest.approx(18400e9 * 64 / 72)
+    assert placed.host.link_bw_bytes_per_s == rack.host.link_bw_bytes_per_s      # each GPU's own link
+    assert placed_cluster(rack, 72) is rack and placed_cluster(rack, 8) is rack  # inside one rack: node_host_share
+    fields = dict(gpus=256, tp=1, pp=1, micro_batch=2, global_batch_tokens=4 * 2**20, zero_stage=3,
+                  offload_activation_layers=47)
+    report = api.simulate_report("llama3-70b", "gb200-nvl72", **fields)[0]
+    node_gib = report.extras["host_memory_node_bytes"] / GIB
+    assert node_gib == pytest.approx(64 * report.extras["host_memory_bytes"] / GIB)
+    assert 14304.89 < node_gib < 16093
+    assert not report.extras["host_fits"]
+    assert bool(api.simulate("llama3-70b", "gb200-nvl72", **fields).fits.iloc[0]) is False
+    out = CliRunner().invoke(main, ["simulate", "-m", "llama3-70b", "-c", "gb200-nvl72", "-n", "256", "--tp", "1",
+                                    "--pp", "1", "--micro-batch", "2", "--global-batch-tokens", str(4 * 2**20),
+                                    "--zero", "3", "--offload-activation-layers", "47"])
+    assert out.exit_code == 0, out.output
+    assert "of 14,305 GiB" in out.output and "fits: NO (the host memory" in out.output
+    # the planner's winner now fits its trays' host memory, and simulate agrees
+    best = api.best_plan("llama3-70b", "gb200-nvl72", 256, 4 * 2**20).iloc[0]
+    assert bool(best.fits) is True and 64 * best.host_memory_gib <= 16093 * 64 / 72

@@ -422,14 +422,17 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
         lines.append(stage_memory_table(report.stage_memory))
     host = report.extras.get("host_memory_bytes", 0.0)
     if host > 0:
+        from hardware_specs.placement import placed_cluster
         from simulator.config_batch import gpus_on_a_node, node_host_share
+        # the hosts of the GPUs the job holds in each domain (a 256-GPU job on NVL72: 16 of 18 trays)
+        placed = placed_cluster(cluster, report.n_gpus)
         node = report.extras.get("host_memory_node_bytes", 0.0)
-        limit = cluster.host.memory_bytes if cluster.host is not None else None
-        on_node = gpus_on_a_node(report.n_gpus, cluster.gpus_per_node)
-        share = float(node_host_share(on_node, cluster.gpus_per_node, cluster.gpus_per_host))
-        per_host = cluster.gpus_per_host or cluster.gpus_per_node
-        hosts = (f" (its {share * cluster.gpus_per_node / per_host:.0f} of the node's "
-                 f"{cluster.gpus_per_node // per_host} {per_host}-GPU hosts)") if share < 1.0 else ""
+        limit = placed.host.memory_bytes if placed.host is not None else None
+        on_node = gpus_on_a_node(report.n_gpus, placed.gpus_per_node)
+        share = float(node_host_share(on_node, placed.gpus_per_node, placed.gpus_per_host))
+        per_host = placed.gpus_per_host or placed.gpus_per_node
+        hosts = (f" (its {share * placed.gpus_per_node / per_host:.0f} of the node's "
+                 f"{placed.gpus_per_node // per_host} {per_host}-GPU hosts)") if share < 1.0 else ""
         stated = f" of {limit * share / GIB:,.0f} GiB{hosts}" if limit else \
             " (host memory per node not in the cluster file: unchecked)"
         lines.append(f"host memory for offload: {host / GIB:.2f} GiB per GPU, {node / GIB:,.1f} GiB on the job's "

@@ -444,6 +444,8 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
         # (NVLink racks of several trays; a TPU pod's slices are another scheduler's)
         per_domain = placed.gpus_per_node
         cluster = row_cluster(gpu, per_domain, _num(row, "scaleout_gbps_per_gpu"), system)
+        # the trays it holds have their share of the rack's host memory (placement.segment_host)
+        cluster = replace(cluster, host=placed.host)
         assumptions.append(f"{per_domain} GPUs per {cluster.scaleup.kind} domain (Slurm --segment of "
                            f"{per_domain // cluster.launch_gpus_per_host} hosts, hardware_specs.placement)")
     stated_zero = _int(row, "zero_norm", minimum=0)
