@@ -9,7 +9,7 @@ so they render with the Agg canvas on a headless machine and display inline in J
 * :func:`memory` -- per-GPU memory by part against the HBM capacity;
 * :func:`roofline` -- a layer's operations on a GPU's roofline (``api.layer_ops``);
 * :func:`pareto` -- plans by throughput and memory, with the Pareto frontier;
-* :func:`scaling` -- tokens/s and MFU against the GPU count;
+* :func:`scaling` -- tokens/s and MFU against the GPU count (one line per model, cluster or ``hue``);
 * :func:`bandwidth` -- throughput and exposed communication against network bandwidth.
 """
 from __future__ import annotations
@@ -513,47 +513,70 @@ def pareto(plans: Any, path: str | Path | None = None, *, x: str = "memory_gib",
 # Scaling
 # --------------------------------------------------------------------------------------------
 
-def scaling(data: Any, path: str | Path | None = None, *, x: str = "n_gpus", title: str | None = None) -> Figure:
-    """Tokens/s (left axis) and MFU (right axis) against ``x``. Against the GPU count each point
-    is marked with its share of ideal linear scaling from the smallest count (drawn dotted);
-    against any other field (tp at a fixed GPU count) linear scaling means nothing, and each
-    point is marked with its share of the fastest point instead. Rows that do not fit in
-    memory (``fits`` False) are crossed."""
-    df = _checked(data, ("tokens_per_s",), path, drawn=(x, "tokens_per_s"), x=x)
-    df = df.sort_values(x).reset_index(drop=True)
+def scaling(data: Any, path: str | Path | None = None, *, x: str = "n_gpus", hue: str | None = None,
+            title: str | None = None) -> Figure:
+    """Tokens/s (left axis) and MFU (right axis, dashed) against ``x``, one line per ``hue``
+    value. Against the GPU count each point is marked with its share of ideal linear scaling from
+    its series' smallest count (drawn dotted); against any other numeric field (tp at a fixed GPU
+    count) linear scaling means nothing, and each point is marked with its share of its series'
+    fastest point instead. Rows that do not fit in memory (``fits`` False) are crossed.
+
+    ``x`` must be a numeric column (a categorical one, ``cluster`` or ``gpu``, is compared with
+    :func:`breakdown`). ``hue`` defaults to whichever of ``model``, ``cluster`` and ``gpu`` varies
+    across the rows (one line each, not one zig-zag line through all of them); where several vary
+    and none of them alone tells the series apart, name ``hue=``."""
+    df = _checked(data, ("tokens_per_s",), path, x=x, hue=hue)
+    _require_numeric(df, x, "compare clusters, GPUs or models at one setting with plots.breakdown")
+    hue = hue if hue is not None else _default_hue(df, x)
+    df = _checked(df, ("tokens_per_s",), drawn=(x, "tokens_per_s"), x=x)
+    df = df.sort_values(x, kind="stable").reset_index(drop=True)
     fig = Figure(figsize=(8.5, 5), dpi=110)
     ax = fig.add_subplot()
-    xs = df[x].to_numpy(dtype=float)
-    tps = df["tokens_per_s"].to_numpy(dtype=float)
-    ax.plot(xs, tps, "-o", color="#4C72B0", label="tokens/s (predicted)")
-    ok = np.isfinite(tps)
+    ax2 = ax.twinx()
     gpu_axis = x in GPU_COUNT_FIELDS
-    top = tps
-    if ok.any() and gpu_axis:
-        i0 = int(np.argmax(ok))
-        ideal = tps[i0] * xs / xs[i0]
-        top = np.r_[tps, ideal]
-        ax.plot(xs, ideal, ":", color="#4C72B0", alpha=0.6, label=f"linear scaling from {xs[i0]:g} GPUs")
-    elif ok.any():
-        ideal = np.full(len(xs), float(np.nanmax(tps)))
-    if ok.any():
-        for xi, t, ide in zip(xs, tps, ideal):
-            if np.isfinite(t):
-                ax.annotate(f"{100 * t / ide:.0f}%", (xi, t), xytext=(-4, 8), textcoords="offset points",
-                            ha="right", fontsize=8, color="#4C72B0")
+    mfu_all = _mfu_pct(df)
+    mfu_all = mfu_all.to_numpy(dtype=float) if mfu_all is not None else np.full(len(df), np.nan)
+    groups: Iterable = df.groupby(hue, sort=True) if hue else [(None, df)]
+    top, mfu_top = [0.0], [0.0]
+    for series, (key, g) in enumerate(groups):
+        color = "#4C72B0" if hue is None else f"C{series % 10}"     # matplotlib's distinct cycle
+        key = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+        xs = g[x].to_numpy(dtype=float)
+        tps = g["tokens_per_s"].to_numpy(dtype=float)
+        ax.plot(xs, tps, "-o", color=color, label="tokens/s (predicted)" if hue is None else str(key))
+        ok = np.isfinite(tps)
+        top.append(float(np.nanmax(tps)) if ok.any() else 0.0)
+        if ok.any() and gpu_axis:
+            i0 = int(np.argmax(ok))
+            ideal = tps[i0] * xs / xs[i0]
+            top.append(float(np.nanmax(ideal)))
+            label = f"linear scaling from {xs[i0]:g} GPUs" if hue is None else \
+                ("linear scaling from each series' smallest count" if series == 0 else None)
+            ax.plot(xs, ideal, ":", color=color, alpha=0.6, label=label)
+        elif ok.any():
+            ideal = np.full(len(xs), float(np.nanmax(tps)))
+        if ok.any():
+            for xi, t, ide in zip(xs, tps, ideal):
+                if np.isfinite(t):
+                    ax.annotate(f"{100 * t / ide:.0f}%", (xi, t), xytext=(-4, 8), textcoords="offset points",
+                                ha="right", fontsize=8, color=color)
+        mfu = mfu_all[g.index.to_numpy()]
+        mfu_color = "#DD8452" if hue is None else color
+        mfu_label = "MFU" if hue is None else ("MFU (dashed, right axis)" if series == 0 else None)
+        ax2.plot(xs, mfu, "-s" if hue is None else "--s", color=mfu_color, label=mfu_label,
+                 alpha=1.0 if hue is None else 0.6, markersize=4 if hue else 6)
+        if np.isfinite(mfu).any():
+            mfu_top.append(float(np.nanmax(mfu)))
+    xs_all = np.unique(df[x].to_numpy(dtype=float))
     ax.set_xscale("log", base=2)
-    ax.set_xticks(xs, [f"{v:g}" for v in xs])
+    ax.set_xticks(xs_all, [f"{v:g}" for v in xs_all])
     ax.set_xlabel("GPUs" if gpu_axis else x)
     ax.set_ylabel("throughput (tokens/s); % = of " + ("linear scaling" if gpu_axis else "the fastest point"))
-    ax.set_ylim(0, float(np.nanmax(top)) * 1.1)
+    ax.set_ylim(0, max(top) * 1.1)
     ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
     ax.grid(alpha=0.3)
-    ax2 = ax.twinx()
-    mfu = _mfu_pct(df)
-    mfu = mfu.to_numpy(dtype=float) if mfu is not None else np.full(len(df), np.nan)
-    ax2.plot(xs, mfu, "-s", color="#DD8452", label="MFU")
-    ax2.set_ylabel(f"MFU (% of the {_mfu_reference(df)} peak)", color="#DD8452")
-    ax2.set_ylim(0, max(60.0, float(np.nanmax(mfu)) * 1.2 if np.isfinite(mfu).any() else 0.0))
+    ax2.set_ylabel(f"MFU (% of the {_mfu_reference(df)} peak)", color="#DD8452" if hue is None else "black")
+    ax2.set_ylim(0, max(60.0, max(mfu_top) * 1.2))
     _cross_unfit(ax, df, x)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
@@ -562,6 +585,35 @@ def scaling(data: Any, path: str | Path | None = None, *, x: str = "n_gpus", tit
     heading = "Scaling" if gpu_axis else f"Throughput vs {x}"
     ax.set_title(title or f"{heading}{': ' + subject if subject else ''}", fontsize=10)
     return _finish(fig, path, df)
+
+
+#: the columns :func:`scaling` draws one line per value of when they vary and ``hue`` is not given
+SERIES_FIELDS = ("model", "cluster", "gpu")
+
+
+def _require_numeric(df: pd.DataFrame, x: str, other: str) -> None:
+    """``InputError`` naming ``x`` when its column holds values that are not numbers (a cluster
+    name): such a column has no scale to draw a line along (it said 'none of the 6 rows has a
+    finite cluster'); ``other`` says what draws it."""
+    values = df[x].dropna()
+    if len(values) and pd.to_numeric(values.astype(object), errors="coerce").isna().any():
+        raise InputError("x", f"{x!r} is not numeric (e.g. {str(values.iloc[0])!r}): x must be a number to draw "
+                         "along, such as n_gpus, tp or a bandwidth", other)
+
+
+def _default_hue(df: pd.DataFrame, x: str) -> str | None:
+    """The one of ``SERIES_FIELDS`` that tells apart the series the rows hold, or None when none
+    varies; ``InputError`` naming ``hue=`` when several vary and none alone tells them apart (a
+    cluster that fixes the GPU is enough: a sweep over clusters varies both)."""
+    varying = [c for c in SERIES_FIELDS if c in df.columns and c != x and df[c].nunique(dropna=True) > 1]
+    if not varying:
+        return None
+    together = len(df.groupby(varying, dropna=False, sort=False))
+    for c in varying:
+        if df[c].nunique(dropna=False) == together:
+            return c
+    raise InputError("hue", f"the rows vary in {' and '.join(varying)}: give hue= one of them (one line per "
+                     "value), or plot each subset on its own", f"e.g. plots.scaling(rows, hue={varying[0]!r})")
 
 
 #: columns that hold a job's GPU count (``scaling``'s default axis)

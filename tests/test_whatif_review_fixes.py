@@ -9,6 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from hardware_specs.errors import InputError
 from paraplan import api
 from paraplan.cli import main
 
@@ -79,3 +80,52 @@ def test_a_multi_rack_gb200_job_in_segments_has_its_trays_share_of_the_racks_hos
     # the planner's winner now fits its trays' host memory, and simulate agrees
     best = api.best_plan("llama3-70b", "gb200-nvl72", 256, 4 * 2**20).iloc[0]
     assert bool(best.fits) is True and 64 * best.host_memory_gib <= 16093 * 64 / 72
+
+
+def _two_model_rows():
+    """Rows of two models at 64, 128, 256 GPUs on one cluster, as a notebook concatenates two
+    sweeps (tokens/s: model a scales linearly from 1,000, model b from 300 at 90% a doubling)."""
+    import pandas as pd
+    rows = []
+    for model, first, keep in (("a", 1000.0, 1.0), ("b", 300.0, 0.9)):
+        for k, n in enumerate((64, 128, 256)):
+            rows.append(dict(model=model, cluster="dgx-h100", gpu="h100-sxm-80gb", n_gpus=n,
+                             tokens_per_s=first * 2**k * keep**k, mfu_bf16_pct=40.0 * keep**k, fits=True))
+    return pd.DataFrame(rows).sample(frac=1.0, random_state=0)       # in no order
+
+
+def test_scaling_draws_one_line_per_model_where_the_rows_hold_several():
+    """Six rows of two models were one zig-zag line through both; now one line per model (the
+    column that varies), each its own model's points in GPU order, and ``hue=`` names it."""
+    from paraplan import plots
+    rows = _two_model_rows()
+    for fig in (plots.scaling(rows), plots.scaling(rows, hue="model")):
+        ax = fig.axes[0]
+        lines = {ln.get_label(): ln for ln in ax.get_lines() if ln.get_label() in ("a", "b")}
+        assert set(lines) == {"a", "b"}
+        assert list(lines["a"].get_xdata()) == [64, 128, 256]
+        assert list(lines["a"].get_ydata()) == [1000.0, 2000.0, 4000.0]
+        assert list(lines["b"].get_ydata()) == pytest.approx([300.0, 540.0, 972.0])
+        # each series' share of its own linear scaling: b at 256 GPUs is 0.9^2 = 81%
+        texts = [t.get_text() for t in ax.texts]
+        assert texts.count("100%") == 4 and "81%" in texts and "90%" in texts
+    # a sweep over clusters varies cluster and gpu together: the cluster tells the lines apart
+    import pandas as pd
+    both = pd.concat([rows[rows.model == "a"], rows[rows.model == "a"].assign(cluster="hgx-h200", gpu="h200")])
+    labels = {ln.get_label() for ln in plots.scaling(both).axes[0].get_lines()}
+    assert {"dgx-h100", "hgx-h200"} <= labels
+    # two models on two clusters: no one column tells four series apart: name hue=
+    four = pd.concat([rows, rows.assign(cluster="hgx-h200", gpu="h200")])
+    with pytest.raises(InputError) as err:
+        plots.scaling(four)
+    assert err.value.field == "hue" and "model and cluster" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_scaling_against_a_column_of_names_says_x_must_be_numeric_and_points_to_breakdown():
+    """x='cluster' said 'none of the 6 rows has a finite cluster'."""
+    from paraplan import plots
+    with pytest.raises(InputError) as err:
+        plots.scaling(_two_model_rows(), x="model")
+    message = str(err.value)
+    assert err.value.field == "x" and "not numeric" in message and "plots.breakdown" in message
+    assert "finite" not in message and "\n" not in message
