@@ -11,7 +11,9 @@ The inputs are catalog names (``"llama3-70b"``, ``"dgx-h100"``) or spec objects,
 workload (``WHAT_IF_FIELDS``): ``gpu`` (swap the cluster's accelerator, keep its fabric),
 ``gpus`` (GPU count: ``dp`` is derived as gpus / (tp*pp*cp) unless given), ``scaleout_gbit_per_s``
 and ``scaleup_gbit_per_s`` (per-GPU, one-direction bandwidth of the NICs / of NVLink, in Gb/s;
-450 GB/s NVLink is 3600 Gb/s), ``seq_len``, ``global_batch_tokens`` (instead of ``global_batch``
+450 GB/s NVLink is 3600 Gb/s), ``hbm_gib`` / ``hbm_tb_per_s`` / ``peak_flops_scale`` (the GPU's
+device memory in GiB, its memory bandwidth in TB/s as ``paraplan.serving_api`` names it, and a
+factor on its dense peak FLOP/s: ``what_if_gpu``), ``seq_len``, ``global_batch_tokens`` (instead of ``global_batch``
 sequences), ``model`` and ``cluster``.
 
 A configuration runs a software stack (``stack=``, default ``megatron-core``, a catalog name or a
@@ -72,7 +74,7 @@ from hardware_specs.catalog import DEFAULT_TRAINING_STACK, efficiency_for_cluste
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, as_given, require_plausible, suggest, whole_number
-from hardware_specs.gpu_spec import MAX_RATE_PER_S, MIN_RATE_PER_S, GPUSpec
+from hardware_specs.gpu_spec import MAX_HBM_BYTES, MAX_RATE_PER_S, MIN_HBM_BYTES, MIN_RATE_PER_S, GPUSpec
 from hardware_specs.stack_spec import StackSpec
 from model_specs.catalog import load_model
 from model_specs.model_spec import SIZE_LIMITS, ModelSpec
@@ -94,7 +96,12 @@ CONFIG_FIELDS = tuple(f.name for f in dc_fields(ParallelConfig))
 #: fields that change the hardware, the workload or the software stack rather than the parallel
 #: configuration.
 WHAT_IF_FIELDS = ("model", "cluster", "gpu", "gpus", "seq_len", "global_batch_tokens",
-                  "scaleout_gbit_per_s", "scaleup_gbit_per_s", "stack")
+                  "scaleout_gbit_per_s", "scaleup_gbit_per_s", "hbm_gib", "hbm_tb_per_s", "peak_flops_scale",
+                  "stack")
+#: what-if fields that change the GPU's own numbers (``what_if_gpu``), with their units
+GPU_WHAT_IF_FIELDS = {"hbm_gib": "GiB of device memory per GPU",
+                      "hbm_tb_per_s": "TB/s of device-memory bandwidth per GPU (10^12 bytes/s)",
+                      "peak_flops_scale": "times the GPU's dense peak FLOP/s, every dtype"}
 #: every field :func:`sweep` accepts.
 SWEEP_FIELDS = WHAT_IF_FIELDS + CONFIG_FIELDS
 #: memory columns (GiB) in the order of ``MEMORY_PARTS``.
@@ -126,7 +133,8 @@ def _config_fields_typed(name: str) -> set[str]:
 #: field of that type: the layer counts, loss chunks and ZeRO groups too, not only the degrees)
 _INT_FIELDS = {"dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch", "zero_stage",
                "gpus", "seq_len", "global_batch_tokens", "grouped_gemm_streams"} | _config_fields_typed("int")
-_FLOAT_FIELDS = {"moe_load_imbalance", "scaleout_gbit_per_s", "scaleup_gbit_per_s"} | _config_fields_typed("float")
+_FLOAT_FIELDS = {"moe_load_imbalance", "scaleout_gbit_per_s", "scaleup_gbit_per_s"} | set(GPU_WHAT_IF_FIELDS) \
+    | _config_fields_typed("float")
 _BOOL_FIELDS = set(BOOL_FIELDS)
 
 
@@ -207,9 +215,42 @@ def _whole_at_most(field: str, value: Any, largest: int) -> int:
     return number
 
 
+def what_if_gpu(gpu: GPUSpec, hbm_gib: float | None = None, hbm_tb_per_s: float | None = None,
+                peak_flops_scale: float | None = None) -> GPUSpec:
+    """``gpu`` with another device memory (``hbm_gib``, GiB: the row's ``hbm_gib``), memory
+    bandwidth (``hbm_tb_per_s``, TB/s = 10^12 bytes/s, as ``paraplan.serving_api``'s what-if) and/or
+    dense peak FLOP/s (``peak_flops_scale`` times the datasheet's, every dtype alike, so MFU is of
+    the scaled peak). Each value must be a positive finite number within plausible bounds; an
+    ``InputError`` naming it otherwise. The GPU keeps its name, so its generation's efficiency
+    model (and a cluster's measured one) applies: the kernels are taken to reach the same
+    fractions of the new peaks."""
+    values = {"hbm_gib": hbm_gib, "hbm_tb_per_s": hbm_tb_per_s, "peak_flops_scale": peak_flops_scale}
+    bounds = {"hbm_gib": (MIN_HBM_BYTES / GIB, MAX_HBM_BYTES / GIB), "hbm_tb_per_s": (1e-3, 1e3),
+              "peak_flops_scale": (1e-3, 1e3)}
+    for name, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+            raise InputError(name, f"must be a number ({GPU_WHAT_IF_FIELDS[name]}), got {value!r}",
+                             "give it as a number, not text or a bool")
+        try:
+            require_plausible(name, value, *bounds[name])
+        except InputError as exc:
+            raise InputError(name, exc.message, f"give {GPU_WHAT_IF_FIELDS[name]}") from None
+    changes: dict[str, Any] = {}
+    if hbm_gib is not None:
+        changes["hbm_bytes"] = float(hbm_gib) * GIB
+    if hbm_tb_per_s is not None:
+        changes["hbm_bw_bytes_per_s"] = float(hbm_tb_per_s) * 1e12
+    if peak_flops_scale is not None:
+        changes["peak_flops_per_s"] = {d: v * float(peak_flops_scale) for d, v in gpu.peak_flops_per_s.items()}
+    return replace(gpu, **changes) if changes else gpu
+
+
 def what_if_cluster(cluster: str | ClusterSpec, gpu: str | GPUSpec | None = None,
                     scaleout_gbit_per_s: float | None = None,
-                    scaleup_gbit_per_s: float | None = None) -> ClusterSpec:
+                    scaleup_gbit_per_s: float | None = None, *, hbm_gib: float | None = None,
+                    hbm_tb_per_s: float | None = None, peak_flops_scale: float | None = None) -> ClusterSpec:
     """``cluster`` with another accelerator and/or other link bandwidths.
 
     ``gpu`` keeps the fabric (GPUs per node, NVLink and NIC bandwidths) and drops a measured
@@ -220,6 +261,9 @@ def what_if_cluster(cluster: str | ClusterSpec, gpu: str | GPUSpec | None = None
     measured shortfall stays, so the catalog's own bandwidth gives the catalog's times and more
     bandwidth never gives a slower step (dropping it made jean-zay-a100 at its own 50 Gb/s 15%
     faster than the catalog, and at 30 Gb/s faster too).
+
+    ``hbm_gib``, ``hbm_tb_per_s`` and ``peak_flops_scale`` change the (new) GPU's own numbers and
+    keep the efficiency model (``what_if_gpu``).
     """
     spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
     for name, value in (("scaleout_gbit_per_s", scaleout_gbit_per_s), ("scaleup_gbit_per_s", scaleup_gbit_per_s)):
@@ -243,7 +287,8 @@ def what_if_cluster(cluster: str | ClusterSpec, gpu: str | GPUSpec | None = None
             None if cap is None else cap * new_bw / link.bw_bytes_per_s)))
     if scaleup_gbit_per_s is not None:
         spec = replace(spec, scaleup=replace(spec.scaleup, bw_bytes_per_s=float(scaleup_gbit_per_s) * GBIT))
-    return spec
+    changed = what_if_gpu(spec.gpu, hbm_gib, hbm_tb_per_s, peak_flops_scale)
+    return spec if changed is spec.gpu else spec.with_gpu(changed)
 
 
 def _global_batch(fields: dict, seq_len: int) -> int:
@@ -456,12 +501,15 @@ def _check_efficiency(efficiency: Any) -> None:
 def simulate_report(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpus: int | None = None,
                     gpu: str | GPUSpec | None = None, seq_len: int | None = None,
                     scaleout_gbit_per_s: float | None = None, scaleup_gbit_per_s: float | None = None,
+                    hbm_gib: float | None = None, hbm_tb_per_s: float | None = None,
+                    peak_flops_scale: float | None = None,
                     efficiency: EfficiencyModel | None = None, stack: str | StackSpec = DEFAULT_STACK,
                     **config_fields):
     """Like :func:`simulate` but returns ``(StepReport, ModelSpec, ClusterSpec)``."""
     _check_efficiency(efficiency)
     model_spec = _model(model, seq_len)
-    cluster_spec = what_if_cluster(cluster, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s)
+    cluster_spec = what_if_cluster(cluster, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s, hbm_gib=hbm_gib,
+                                   hbm_tb_per_s=hbm_tb_per_s, peak_flops_scale=peak_flops_scale)
     config_fields = with_stack_fields(model_spec, cluster_spec, stack, config_fields)
     config = build_config(model_spec, gpus, **config_fields)
     report = _simulate(model_spec, cluster_spec, config, n_gpus=gpus, efficiency=efficiency)
@@ -477,7 +525,8 @@ def simulate(model: str | ModelSpec, cluster: str | ClusterSpec, **fields) -> pd
         **fields: ``ParallelConfig`` fields (``tp=8, pp=4, micro_batch=1, zero_stage=1,
             recompute="selective", sequence_parallel=True, ...``), ``global_batch`` (sequences)
             or ``global_batch_tokens``, and the what-if fields ``gpus``, ``gpu``, ``seq_len``,
-            ``scaleout_gbit_per_s``, ``scaleup_gbit_per_s``; ``efficiency`` (an
+            ``scaleout_gbit_per_s``, ``scaleup_gbit_per_s``, ``hbm_gib``, ``hbm_tb_per_s``,
+            ``peak_flops_scale`` (``what_if_gpu``); ``efficiency`` (an
             ``EfficiencyModel``) overrides the GPU generation's fitted one; ``stack`` (default
             ``megatron-core``) the software stack whose behaviour fills the fields not given.
 
@@ -513,11 +562,13 @@ def _planner():
 def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_batch_tokens: int | None = None,
          *, gpu: str | GPUSpec | None = None, seq_len: int | None = None,
          scaleout_gbit_per_s: float | None = None, scaleup_gbit_per_s: float | None = None,
+         hbm_gib: float | None = None, hbm_tb_per_s: float | None = None, peak_flops_scale: float | None = None,
          **constraints) -> pd.DataFrame:
     """The planner's ranked plans (fastest first) as a DataFrame: a thin wrapper of ``planners.plan``.
 
     ``model`` / ``cluster`` take names or specs, and the what-if fields of :func:`simulate`
-    (``gpu``, ``seq_len``, bandwidths in Gb/s) change them first. ``gpus`` is a count or a range
+    (``gpu``, ``seq_len``, bandwidths in Gb/s, ``hbm_gib``, ``hbm_tb_per_s``, ``peak_flops_scale``)
+    change them first. ``gpus`` is a count or a range
     (``"256-1024"``). ``constraints`` go to the planner (``global_batch=``, ``max_tp=``,
     ``headroom_gib=``, ``schedules=``, ... : see ``planners.plan``), except that searched
     ``ParallelConfig`` fields given by name pin the search (``tp=8``, ``ep=[8, 16]``, ``vpp=1``)
@@ -541,7 +592,8 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
     _check_efficiency(constraints.get("efficiency"))
     fn = _planner()
     model_spec = _model(model, seq_len)
-    cluster_spec = what_if_cluster(cluster, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s)
+    cluster_spec = what_if_cluster(cluster, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s, hbm_gib=hbm_gib,
+                                   hbm_tb_per_s=hbm_tb_per_s, peak_flops_scale=peak_flops_scale)
     kwargs = _planner_kwargs(constraints)
     if global_batch_tokens is not None:
         kwargs["global_batch_tokens"] = global_batch_tokens
@@ -677,12 +729,14 @@ BEST_PLAN_KEEP = 2
 def best_plan(model, cluster, gpus: int, global_batch_tokens: int | None = None, *,
               gpu: str | GPUSpec | None = None, seq_len: int | None = None,
               scaleout_gbit_per_s: float | None = None, scaleup_gbit_per_s: float | None = None,
-              **constraints) -> pd.DataFrame:
+              hbm_gib: float | None = None, hbm_tb_per_s: float | None = None,
+              peak_flops_scale: float | None = None, **constraints) -> pd.DataFrame:
     """The planner's fastest plan, re-simulated: a one-row DataFrame with every :func:`simulate`
     column (memory parts included), plus the planner's explanation in ``.attrs["explain"]``.
     The search keeps ``BEST_PLAN_KEEP`` plans unless ``max_plans`` is given."""
     what_if = dict(gpu=gpu, seq_len=seq_len, scaleout_gbit_per_s=scaleout_gbit_per_s,
-                   scaleup_gbit_per_s=scaleup_gbit_per_s)
+                   scaleup_gbit_per_s=scaleup_gbit_per_s, hbm_gib=hbm_gib, hbm_tb_per_s=hbm_tb_per_s,
+                   peak_flops_scale=peak_flops_scale)
     constraints.setdefault("max_plans", BEST_PLAN_KEEP)
     plans = plan(model, cluster, gpus, global_batch_tokens, **what_if, **constraints)
     top = plans.iloc[0]
@@ -807,7 +861,8 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
             (e.g. ``dict(model="llama3-70b", cluster="dgx-h100", gpus=256, tp=8, pp=4,
             global_batch_tokens=4 * 2**20, zero_stage=1)``).
         field: any of ``SWEEP_FIELDS``: ``gpu`` (kind), ``gpus`` (count: dp follows unless base
-            fixes it), ``scaleout_gbit_per_s`` / ``scaleup_gbit_per_s`` (Gb/s per GPU),
+            fixes it), ``scaleout_gbit_per_s`` / ``scaleup_gbit_per_s`` (Gb/s per GPU), ``hbm_gib``
+            (GiB), ``hbm_tb_per_s`` (TB/s), ``peak_flops_scale`` (x the GPU's peak FLOP/s),
             ``model`` (preset name), ``cluster``, ``seq_len``, ``global_batch`` /
             ``global_batch_tokens``, ``stack`` (a software stack's name or file), or any
             ``ParallelConfig`` field.
@@ -883,15 +938,15 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
             row = {"error": str(exc)}
         failed.append(bool(row["error"]))
         row = {"sweep_field": field, "sweep_value": value, **row}
-        if field in ("gpus",):
-            row["gpus"] = value
+        if field in ("gpus", "hbm_tb_per_s", "peak_flops_scale"):   # columns a row has not
+            row[field] = value
         rows.append(row)
         if progress is not None:
             progress(len(rows), len(values))
     # a failed value's row has every result column, empty (a sweep whose values all failed had
     # none: df.tokens_per_s was a KeyError), and one failure no longer turns tp 8 into 8.0
     template = (["sweep_field", "sweep_value", *_sweep_row_columns(base, field, values), "error"]
-                + (["gpus"] if field == "gpus" else [])) if all(failed) else []
+                + ([field] if field in ("gpus", "hbm_tb_per_s", "peak_flops_scale") else [])) if all(failed) else []
     df = sweep_table(rows, failed, template)
     if "gpus" not in df.columns and "n_gpus" in df.columns:
         df["gpus"] = df["n_gpus"]

@@ -129,3 +129,54 @@ def test_scaling_against_a_column_of_names_says_x_must_be_numeric_and_points_to_
     message = str(err.value)
     assert err.value.field == "x" and "not numeric" in message and "plots.breakdown" in message
     assert "finite" not in message and "\n" not in message
+
+
+BASE_70B = dict(model="llama3-70b", cluster="dgx-h100", gpus=64, tp=8, pp=4, micro_batch=1, global_batch=128,
+                zero_stage=1, recompute="selective", sequence_parallel=True)
+
+
+def test_more_hbm_never_slows_the_best_plan_and_a_plan_fits_below_95_percent_of_it():
+    """``hbm_gib`` was 'unknown field'. A what-if of the GPU's memory: the search over 141 GiB
+    holds every plan the one over 80 GiB holds, so its best is no slower; a configuration's peak
+    does not depend on the HBM it runs in, and it fits while it is at most 95% of it (the 5%
+    headroom, ``simulator.headroom``)."""
+    swept = api.sweep(dict(model="llama3-70b", cluster="dgx-h100", gpus=256, global_batch_tokens=4 * 2**20),
+                      "hbm_gib", [80, 141], best=True)
+    assert list(swept.hbm_gib) == [80.0, 141.0] and swept.fits.all()
+    assert swept.step_time_s.iloc[1] <= swept.step_time_s.iloc[0]
+    rows = api.sweep(BASE_70B, "hbm_gib", [80, 141])
+    peak = float(rows.memory_gib.iloc[0])
+    assert rows.memory_gib.iloc[1] == peak and rows.step_time_s.iloc[1] == rows.step_time_s.iloc[0]
+    edge = api.sweep(BASE_70B, "hbm_gib", [peak / 0.95 * (1 - 1e-6), peak / 0.95 * (1 + 1e-6)])
+    assert list(edge.fits) == [False, True]
+
+
+def test_hbm_bandwidth_and_peak_flops_what_ifs_scale_the_parts_they_bound():
+    """``hbm_tb_per_s`` (TB/s, as ``serving_api`` names it): the optimizer step streams Adam's
+    states through HBM, so twice the bandwidth halves it exactly (bytes / bandwidth). The
+    ``peak_flops_scale`` factor: compute at twice the peak takes at least half as long (the
+    memory-bound kernels do not speed up) and less than before, and MFU is of the doubled peak:
+    MFU_2 = MFU_1 x step_1 / (2 step_2)."""
+    bw = api.sweep(BASE_70B, "hbm_tb_per_s", [3.35, 6.7])
+    assert list(bw.hbm_tb_per_s) == [3.35, 6.7]
+    assert bw.optimizer_s.iloc[1] == pytest.approx(bw.optimizer_s.iloc[0] / 2, rel=1e-12)
+    assert bw.step_time_s.iloc[1] < bw.step_time_s.iloc[0]
+    # the H100 SXM's own 3.35 TB/s (datasheet) gives the catalog's numbers
+    plain = api.simulate(**BASE_70B).iloc[0]
+    assert bw.step_time_s.iloc[0] == pytest.approx(plain.step_time_s, rel=1e-12)
+    fl = api.sweep(BASE_70B, "peak_flops_scale", [1, 2])
+    assert fl.step_time_s.iloc[0] == pytest.approx(plain.step_time_s, rel=1e-12)
+    c1, c2 = fl.compute_s
+    assert c1 / 2 <= c2 < c1
+    s1, s2 = fl.step_time_s
+    assert fl.mfu_bf16_pct.iloc[1] == pytest.approx(fl.mfu_bf16_pct.iloc[0] * s1 / (2 * s2), rel=1e-9)
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("hbm_gib", -80, "must be > 0"), ("hbm_gib", float("nan"), "finite"), ("hbm_tb_per_s", float("inf"), "finite"),
+    ("hbm_tb_per_s", "3.35", "must be a number"), ("peak_flops_scale", 0, "must be > 0"),
+    ("peak_flops_scale", True, "must be a number"), ("hbm_gib", 1e12, "plausible maximum")])
+def test_gpu_what_ifs_refuse_what_is_not_a_positive_finite_number_in_one_line_naming_the_field(field, value, words):
+    with pytest.raises(InputError) as err:
+        api.simulate(**BASE_70B, **{field: value})
+    assert err.value.field == field and words in str(err.value) and "\n" not in str(err.value)
