@@ -224,6 +224,11 @@ def _count_axis(axis) -> None:
     axis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v / scale:.{digits}f}{suffix}"))
 
 
+#: the mark of a row whose ``fits`` is False: its GPU memory, or the host memory its offload needs
+#: (``simulator.headroom.step_fits``), so not "HBM" alone
+UNFIT_LABEL = "does not fit in memory (GPU or host)"
+
+
 # --------------------------------------------------------------------------------------------
 # Step-time breakdown
 # --------------------------------------------------------------------------------------------
@@ -233,8 +238,8 @@ def breakdown(data: Any, path: str | Path | None = None, *, label: str | None = 
     """Horizontal stacked bars: seconds per optimizer step, split into ``TIME_PARTS``, one bar per row.
 
     Parts that are zero on every row are left out of the legend. The total (and the tokens/s,
-    when known) is written at the end of each bar, in red with 'does not fit in HBM' for a row
-    that does not fit in memory (``fits`` False).
+    when known) is written at the end of each bar, in red with ``UNFIT_LABEL`` for a row that
+    does not fit (``fits`` False: GPU memory, or the host memory its offload needs).
     """
     df = _checked(data, ("step_time_s",), path, drawn=("step_time_s",), label=label)
     parts = [p for p in TIME_PARTS if p in df.columns and df[p].fillna(0).abs().sum() > 0]
@@ -260,7 +265,7 @@ def breakdown(data: Any, path: str | Path | None = None, *, label: str | None = 
                 text += f", MFU {mfu.iloc[i]:.0f}%"
             text += ")"
         if unfit[i]:
-            text += "  does not fit in HBM"
+            text += "  " + UNFIT_LABEL
         ax.text(t, yi, text, va="center", fontsize=8, color="#C44E52" if unfit[i] else "black")
     ax.set_yticks(y, labels, fontsize=8)
     ax.set_xlabel("time per optimizer step (s)")
@@ -628,11 +633,11 @@ def unfit_mask(df: pd.DataFrame) -> np.ndarray:
 
 
 def _cross_unfit(ax, df: pd.DataFrame, x: str, y: str = "tokens_per_s") -> None:
-    """A black cross (legend: 'does not fit in HBM') on each point of a row that does not fit."""
+    """A black cross (legend: ``UNFIT_LABEL``) on each point of a row that does not fit."""
     bad = unfit_mask(df)
     if bad.any():
         ax.scatter(df.loc[bad, x], df.loc[bad, y], marker="x", s=80, color="black", zorder=4,
-                   label="does not fit in HBM")
+                   label=UNFIT_LABEL)
 
 
 # --------------------------------------------------------------------------------------------

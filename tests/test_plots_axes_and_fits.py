@@ -7,6 +7,7 @@ import pandas as pd
 from click.testing import CliRunner
 
 from paraplan import plots
+from paraplan.plots import UNFIT_LABEL
 from paraplan.cli import main
 
 
@@ -53,17 +54,17 @@ def test_bandwidth_and_scaling_cross_the_points_that_do_not_fit():
     rows = _rows("scaleout_gbit_per_s", fits=(False, True, False))
     for fig in (plots.bandwidth(rows), plots.scaling(rows, x="scaleout_gbit_per_s")):
         ax = fig.axes[0]
-        assert "does not fit in HBM" in _legend(ax)
-        crosses = [c for c in ax.collections if c.get_label() == "does not fit in HBM"]
+        assert UNFIT_LABEL in _legend(ax)
+        crosses = [c for c in ax.collections if c.get_label() == UNFIT_LABEL]
         assert len(crosses) == 1 and len(crosses[0].get_offsets()) == 2
     fitting = plots.bandwidth(_rows("scaleout_gbit_per_s"))
-    assert "does not fit in HBM" not in _legend(fitting.axes[0])
+    assert UNFIT_LABEL not in _legend(fitting.axes[0])
 
 
 def test_breakdown_labels_the_bars_that_do_not_fit():
     rows = _rows("pp", fits=(True, False, True)).assign(compute_s=[3.0, 2.0, 2.5])
     texts = [t.get_text() for t in plots.breakdown(rows).axes[0].texts]
-    assert [("does not fit in HBM" in t) for t in texts] == [False, True, False]
+    assert [(UNFIT_LABEL in t) for t in texts] == [False, True, False]
 
 
 def test_plot_command_counts_the_points_that_do_not_fit(tmp_path):
