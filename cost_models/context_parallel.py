@@ -18,6 +18,14 @@ attention core needs every earlier token's keys and values. Three flavours:
 * **Hybrid** (Fang and Zhao 2024, "USP", arXiv 2405.07719; Megatron-Core
   ``hierarchical_context_parallel_sizes`` / ``cp_comm_type="a2a+p2p"``). Ulysses over ``u``
   ranks inside the NVLink domain, ring over ``cp / u`` groups across it.
+* **All-gather** (Llama Team 2024, "The Llama 3 Herd of Models", arXiv 2407.21783, section
+  3.3.2: "our CP implementation adopts an all-gather based method where we first all-gather the
+  key and value (K, V) tensors, and then compute attention output for the local query (Q)
+  tensor chunk", with the same 2 x CP load-balanced chunks, "the all-gather communication
+  latency is exposed in the critical path"; Transformer Engine ``cp_comm_type="all_gather"``,
+  ``AttnFuncWithCPAndKVAllGather``: backward all-gathers K/V again and reduce-scatters dK/dV).
+  One all-gather of ``cp`` ranks' K/V blocks forward, the all-gather plus the dK/dV
+  reduce-scatter backward, exposed; one attention call per pass, no partial-output merges.
 
 The CP group's members are ``tp`` ranks apart (rank order tp-cp-dp-pp). Activation memory of
 long sequences is ``memory.activation_bytes_per_layer`` with seq/cp; ``cp_buffer_bytes`` gives
@@ -35,7 +43,7 @@ from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 
 #: codes for vectorized flavour selection (same names as ``simulator.parallel_config.CPKind``).
-CP_KIND_CODES = {"ring": 0, "ulysses": 1, "hybrid": 2}
+CP_KIND_CODES = {"ring": 0, "ulysses": 1, "hybrid": 2, "allgather": 3}
 
 
 def _f(x):
@@ -151,6 +159,39 @@ def ulysses_time_s(a2a_bytes, group_size, stride, cluster: ClusterSpec, eff: Eff
     return one + extra, one + extra
 
 
+# ---- all-gather (Llama 3) ------------------------------------------------------------------------
+
+def allgather_kv_bytes(step_bytes, cp):
+    """Bytes of one layer's gathered K/V on one GPU: ``cp`` ranks' blocks of ``step_bytes``
+    (``ring_attention_comm_bytes``, the rank's own K and V), the all-gather's full output buffer."""
+    return _f(cp) * _f(step_bytes)
+
+
+def allgather_attention_time_s(step_bytes, cp, tp, cluster: ClusterSpec, eff: EfficiencyModel):
+    """(forward, backward) seconds of all-gather CP's collectives for one layer, all exposed
+    (Llama 3 paper, section 3.3.2: "the all-gather communication latency is exposed in the
+    critical path").
+
+    Forward: the all-gather of the K/V, ``allgather_kv_bytes`` (each GPU receives
+    ``(cp - 1) / cp`` of it once: ``cost_models.collectives.all_gather_time_s``) over the CP
+    group, ``cp`` members ``tp`` ranks apart. Backward: that all-gather again plus the
+    reduce-scatter of the gathered-size dK/dV (Transformer Engine ``AttnFuncWithCPAndKVAllGather``
+    backward), in the same dtype.
+    """
+    full = allgather_kv_bytes(step_bytes, cp)
+    ag = group_collective_time_s("all_gather", full, cp, tp, cluster, eff)
+    rs = group_collective_time_s("reduce_scatter", full, cp, tp, cluster, eff)
+    return ag, ag + rs
+
+
+def allgather_buffer_bytes(step_bytes, cp):
+    """Transient bytes all-gather CP holds on one GPU at its peak, one layer at a time: in
+    backward the gathered K/V and the gathered-size dK/dV before its reduce-scatter,
+    ``2 * allgather_kv_bytes`` (forward holds the gathered K/V only, half that). Nothing
+    gathered is kept between layers (backward gathers again)."""
+    return 2.0 * allgather_kv_bytes(step_bytes, cp)
+
+
 # ---- hybrid and dispatch ------------------------------------------------------------------------
 
 def hybrid_cp_split(cp, tp, gpus_per_node, num_heads):
@@ -187,9 +228,10 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
                            cluster: ClusterSpec, eff: EfficiencyModel, bytes_per_element=2, rates=None):
     """Communication of one layer's attention under CP flavour ``kind``, seconds and bytes.
 
-    ``kind``: "ring", "ulysses", "hybrid" or an array of ``CP_KIND_CODES``. Returns a dict:
-    ``fwd_s``, ``bwd_s`` (totals), ``fwd_exposed_s``, ``bwd_exposed_s``, ``ring_step_bytes``,
-    ``ulysses_bytes`` (see ``ring_attention_comm_bytes``, ``ulysses_comm_bytes``), and with
+    ``kind``: "ring", "ulysses", "hybrid", "allgather" or an array of ``CP_KIND_CODES``. Returns a
+    dict: ``fwd_s``, ``bwd_s`` (totals), ``fwd_exposed_s``, ``bwd_exposed_s``, ``ring_step_bytes``,
+    ``ulysses_bytes``, ``allgather_bytes`` (see ``ring_attention_comm_bytes``,
+    ``ulysses_comm_bytes``, ``allgather_kv_bytes``), and with
     ``rates`` the ring's extra compute ``fwd_compute_s`` / ``bwd_compute_s``
     (``ring_attention_compute_s``). All zero at cp = 1.
     """
@@ -204,6 +246,12 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
     # entries would be discarded by ``pick`` anyway
     unused = 0.0 * step
     has_ulysses, has_hybrid = bool(np.any(code == 1)), bool(np.any(code == 2))
+    has_allgather = bool(np.any(code == 3))
+    if has_allgather:
+        ag_bytes = allgather_kv_bytes(step, cp)
+        ag_f, ag_b = allgather_attention_time_s(step, cp, tp, cluster, eff)
+    else:
+        ag_bytes = ag_f = ag_b = unused
     if has_ulysses:
         uly_bytes = ulysses_comm_bytes(tokens_local, a, g, dk, tp, cp, bytes_per_element, dv)
         uly_f, uly_b = ulysses_time_s(uly_bytes, cp, tp, cluster, eff)
@@ -223,12 +271,13 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
         h_uly_bytes = h_uf = h_ub = h_step = unused
         h_ring = {"fwd_s": unused, "bwd_s": unused, "fwd_exposed_s": unused, "bwd_exposed_s": unused}
 
-    ring_only = not (has_ulysses or has_hybrid)
+    ring_only = not (has_ulysses or has_hybrid or has_allgather)
 
-    def pick(ring_v, uly_v, hyb_v):
+    def pick(ring_v, uly_v, hyb_v, ag_v=0.0):
         if ring_only:
             return np.where(cp > 1, ring_v, 0.0)
-        return np.where(cp > 1, np.select([code == 1, code == 2], [uly_v, hyb_v], default=ring_v), 0.0)
+        return np.where(cp > 1, np.select([code == 1, code == 2, code == 3], [uly_v, hyb_v, ag_v],
+                                          default=ring_v), 0.0)
 
     if rates is not None:
         heads_local = _f(a) / tp
@@ -243,12 +292,13 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
         compute = {"fwd_compute_s": 0.0 * step, "bwd_compute_s": 0.0 * step}
     return {
         **compute,
-        "fwd_s": pick(ring["fwd_s"], uly_f, h_uf + h_ring["fwd_s"]),
-        "bwd_s": pick(ring["bwd_s"], uly_b, h_ub + h_ring["bwd_s"]),
-        "fwd_exposed_s": pick(ring["fwd_exposed_s"], uly_f, h_uf + h_ring["fwd_exposed_s"]),
-        "bwd_exposed_s": pick(ring["bwd_exposed_s"], uly_b, h_ub + h_ring["bwd_exposed_s"]),
+        "fwd_s": pick(ring["fwd_s"], uly_f, h_uf + h_ring["fwd_s"], ag_f),
+        "bwd_s": pick(ring["bwd_s"], uly_b, h_ub + h_ring["bwd_s"], ag_b),
+        "fwd_exposed_s": pick(ring["fwd_exposed_s"], uly_f, h_uf + h_ring["fwd_exposed_s"], ag_f),
+        "bwd_exposed_s": pick(ring["bwd_exposed_s"], uly_b, h_ub + h_ring["bwd_exposed_s"], ag_b),
         "ring_step_bytes": pick(step, 0.0 * step, h_step),
         "ulysses_bytes": pick(0.0 * uly_bytes, uly_bytes, h_uly_bytes),
+        "allgather_bytes": pick(0.0 * step, 0.0 * step, 0.0 * step, ag_bytes),
     }
 
 

@@ -50,6 +50,7 @@ class CPKind(str, Enum):
     RING = "ring"          # P2P of K/V blocks overlapped with attention (ring attention)
     ULYSSES = "ulysses"    # all-to-all over heads (DeepSpeed-Ulysses)
     HYBRID = "hybrid"      # Ulysses inside the scale-up domain, ring across
+    ALLGATHER = "allgather"  # all-gather K/V, local queries' attention (Llama 3, arXiv 2407.21783 3.3.2)
 
 
 class AttentionKernel(str, Enum):

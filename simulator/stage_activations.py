@@ -147,6 +147,8 @@ def distinct_dynamic_rows(batch, act: dict, rc_group):
                                               "recompute_method", "offload_activation_layers")]
     cols += [col(m), col(rc_group)] + [col(act[k]) for k in ("kept_dense", "kept_moe", "input", "full_dense",
                                                                "full_moe")]
+    if "cp_gather" in act and np.any(np.asarray(act["cp_gather"]) > 0):
+        cols.append(col(act["cp_gather"]))
     layouts = _layouts(batch, np.arange(n))
     if layouts is not None:
         cols.append(np.asarray(layouts, dtype=object).astype(str))
@@ -224,8 +226,10 @@ def dynamic_parts(ctx, sidx, fc: StageCells, split) -> dict:
     kept_m = fc.stage["stage_moe"] - per_stage["rc_moe"] - offm
     sets = fc.in_flight / fc.chunks
     return {
+        # (plus all-gather context parallelism's gathered K/V of the computing layer, ``stage_context``)
         "activations_bytes": sets * (kept_d * a["kept_dense"] + kept_m * a["kept_moe"]
-                                     + per_stage["rc_inputs"] * a["input"]),
+                                     + per_stage["rc_inputs"] * a["input"])
+        + np.where(fc.stage["stage_dense"] + fc.stage["stage_moe"] > 0, a.get("cp_gather", 0.0), 0.0),
         "recompute_buffers_bytes": _recompute_buffer(fc, split, a, ctx.per_row["rc_group"][sidx],
                                                      (per_stage["rc_dense"] + per_stage["rc_moe"] + offd + offm) > 0),
         "offload_buffers_bytes": offload.OFFLOAD_STAGING_LAYERS * np.maximum(

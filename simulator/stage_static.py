@@ -13,12 +13,13 @@ from functools import partial
 
 import numpy as np
 
-from cost_models import memory, offload
+from cost_models import context_parallel, memory, offload
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
-from simulator.config_batch import ConfigBatch
+from simulator.config_batch import CP_KIND_CODES, ConfigBatch
 from simulator.memory_rows import _degrees, row_terms
+from simulator.parallel_config import CPKind
 from simulator.stage_activations import layer_activation_bytes
 from simulator.stage_cells import StageCells
 from simulator.step_pipeline import _take
@@ -51,6 +52,14 @@ def stage_context(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, 
             batch.moe_load_imbalance, batch.recompute_modules, batch.selective_modules, batch.moe_probs_in_expert)
     act = once_per_run(batch, layer_key_fields, fn, *args) if once_per_run else fn(*args)
     act = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in act.items()}
+    # all-gather context parallelism holds one layer's gathered K/V (and in backward its
+    # gathered-size dK/dV) at a time: a transient of the computing layer, in ``activations_bytes``
+    gathers = (np.asarray(batch.cp_kind) == CP_KIND_CODES[CPKind.ALLGATHER]) & (cp > 1)
+    gather = np.zeros(n)
+    if np.any(gathers):
+        step = context_parallel.ring_attention_step_bytes(model, mbs * float(model.seq_len) / cp, tp)
+        gather = np.where(gathers, context_parallel.allgather_buffer_bytes(step, cp), 0.0) + gather
+    act["cp_gather"] = gather
     per_row = {k: v for k, v in terms.items() if k not in ("edp", "low_precision", "full_precision", "copy_bytes")}
     return StageContext(model, terms["low_precision"], terms["full_precision"], terms["copy_bytes"], per_row, act,
                         terms["edp"], memory.runtime_reserved_bytes(cluster.gpu))

@@ -527,7 +527,7 @@ def _groups(p: dict) -> list[tuple[str, list[tuple[str, Any]]]]:
     if p["cp"] > 1:
         kind = p["cp_kind"]
         parallel += [("--context-parallel-size", p["cp"]),
-                     ("--cp-comm-type", {"ring": "p2p", "ulysses": "a2a", "hybrid": "a2a+p2p"}[kind])]
+                     ("--cp-comm-type", {"ring": "p2p", "ulysses": "a2a", "hybrid": "a2a+p2p", "allgather": "all_gather"}[kind])]
         if kind == "hybrid":
             inner, outer = _hybrid_split(p, model)
             parallel.append(("--hierarchical-context-parallel-sizes", f"{inner} {outer}"))
