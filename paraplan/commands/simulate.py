@@ -405,7 +405,11 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
             ["hardware_tflops_per_gpu", f"{_tflops(report.hardware_tflops_per_gpu)}{star}"],
             [mfu_units.mfu_column(cluster.gpu), f"{mfu_units.mfu_pct(report.mfu, dtype, cluster.gpu):.1f}{star}"],
             [mfu_units.mfu_column(cluster.gpu, 'hfu'), f"{mfu_units.mfu_pct(report.hfu, dtype, cluster.gpu):.1f}{star}"]]
+    palm = mfu_units.palm_columns(report, model, cluster.gpu)
+    rows += [["palm_tflops_per_gpu", f"{_tflops(palm['palm_tflops_per_gpu'])}{star}"],
+             [mfu_units.mfu_column(cluster.gpu, "mfu_palm"), f"{palm[mfu_units.mfu_column(cluster.gpu, 'mfu_palm')]:.1f}{star}"]]
     lines.append(format_table(rows, ["metric", "value"], align="lr", indent="  ").rstrip())
+    lines += [f"  ({note})" for note in mfu_units.MFU_NOTES]
 
     hbm = report.hbm_bytes
     stage = int(report.extras.get("memory_stage", 0))
@@ -486,16 +490,19 @@ def stage_memory_table(stages) -> str:
     return format_table(rows, headers, align="l" + "r" * (len(headers) - 1), indent="  ").rstrip()
 
 
-def json_dict(report: StepReport, cluster, headroom_gib: float) -> dict:
+def json_dict(report: StepReport, cluster, headroom_gib: float, model: ModelSpec | None = None) -> dict:
     """``StepReport.as_dict()`` as the command prints it: ``fits`` with the headroom a run keeps
     (``headroom_required_bytes``), MFU/HFU in percent of the reference peak (``paraplan.mfu``)
-    and whether the efficiency model behind every time is fitted (``efficiency_fitted``)."""
+    and whether the efficiency model behind every time is fitted (``efficiency_fitted``); with
+    ``model``, also in PaLM's FLOP convention (``paraplan.mfu.palm_columns``)."""
     data = report.as_dict()
     data["headroom_required_bytes"] = headroom_gib * GIB
     data["fits"] = headroom.report_fits(report, headroom_gib)
     dtype = report.config["dtype"]
     for name in ("mfu", "hfu"):
         data[mfu_units.mfu_column(cluster.gpu, name)] = float(mfu_units.mfu_pct(data.pop(name), dtype, cluster.gpu))
+    if model is not None:
+        data.update(mfu_units.palm_columns(report, model, cluster.gpu))
     data.update(priors.json_fields(cluster))
     return data
 
@@ -754,7 +761,7 @@ def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_pat
     if trace_path is not None or gantt_path is not None:
         notes = write_timelines(model, config, report, trace_path, gantt_path, cluster)
     if as_json:
-        click.echo(dump_json(json_dict(report, cluster, keep_gib)), nl=False)
+        click.echo(dump_json(json_dict(report, cluster, keep_gib, model)), nl=False)
     else:
         click.echo(render(report, model, cluster, keep_gib, config), nl=False)
     for note in notes:
