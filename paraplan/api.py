@@ -86,7 +86,7 @@ from simulator.parallel_config import BOOL_FIELDS, MAX_GLOBAL_BATCH, MAX_GPUS, P
 from planners.search_space import FIXABLE as SEARCH_FIXABLE
 from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
 from simulator.simulate import simulate as _simulate
-from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel
+from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel, stack_zero_stage
 
 GIB = 2**30
 GBIT = 1e9 / 8          # bytes/s in one Gb/s
@@ -512,6 +512,13 @@ def simulate_report(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpus:
                                    hbm_tb_per_s=hbm_tb_per_s, peak_flops_scale=peak_flops_scale)
     config_fields = with_stack_fields(model_spec, cluster_spec, stack, config_fields)
     config = build_config(model_spec, gpus, **config_fields)
+    if config_fields.get("zero_stage") is None:
+        # the stack's documented sharding at the resolved dp and cp, as `paraplan simulate`
+        # (``simulator.stack_defaults.stack_zero_stage``)
+        spec = load_stack(stack or DEFAULT_STACK) if not isinstance(stack, StackSpec) else stack
+        config_fields["zero_stage"] = stack_zero_stage(spec, config.dp, config.cp, model_spec.name,
+                                                       cluster_spec.gpu.name, config.dtype)
+        config = build_config(model_spec, gpus, **config_fields)
     report = _simulate(model_spec, cluster_spec, config, n_gpus=gpus, efficiency=efficiency)
     return report, model_spec, cluster_spec
 
@@ -528,7 +535,8 @@ def simulate(model: str | ModelSpec, cluster: str | ClusterSpec, **fields) -> pd
             ``scaleout_gbit_per_s``, ``scaleup_gbit_per_s``, ``hbm_gib``, ``hbm_tb_per_s``,
             ``peak_flops_scale`` (``what_if_gpu``); ``efficiency`` (an
             ``EfficiencyModel``) overrides the GPU generation's fitted one; ``stack`` (default
-            ``megatron-core``) the software stack whose behaviour fills the fields not given.
+            ``megatron-core``) the software stack whose behaviour fills the fields not given
+            (``zero_stage`` too: the stack's ``default_zero_stage``, 0 when dp*cp is 1).
 
     Example::
 

@@ -113,3 +113,18 @@ def stack_sequence_parallel(stack: StackSpec, tp: int, model_name: str | None = 
     t = stack.training_for(model_name, gpu, dtype)
     return bool(t is not None and tp > 1 and (t.sequence_parallel_with_tp or (moe and "moe_tp_without_sp" in t.lacks)))
 
+
+
+def stack_zero_stage(stack: StackSpec, dp: int, cp: int = 1, model_name: str | None = None,
+                     gpu: str | None = None, dtype: str | None = None) -> int:
+    """The ZeRO stage a run on ``stack`` uses when the user does not say: the stack's documented
+    ``default_zero_stage`` for this model, GPU and dtype (``StackSpec.training_for``: a recipe's
+    override, e.g. Megatron-Bridge's Megatron-FSDP presets, wins over the release's default);
+    0 where there is nothing to shard over (``dp * cp`` is 1) or the stack has no training
+    behaviour. The same rule ``paraplan validate published`` applies to a row that states no
+    sharding, and ``paraplan simulate``, the API's ``simulate`` and ``search: simulate`` sweeps
+    apply when no ZeRO stage is given."""
+    if dp * cp <= 1:
+        return 0
+    t = stack.training_for(model_name, gpu, dtype)
+    return int(t.default_zero_stage) if t is not None else 0

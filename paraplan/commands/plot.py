@@ -120,7 +120,8 @@ def check_log_axis_values(kind: str, field: str, text: str, values: list) -> Non
 @click.option("--micro-batch", type=POS, metavar="N", default=1, show_default=True, help="Sequences per micro-batch.")
 @click.option("--global-batch", type=POS, metavar="N", help="Sequences per optimizer step.")
 @click.option("--global-batch-tokens", type=TOKENS, help="Tokens per optimizer step (instead of --global-batch): 4194304, 4Mi or 4M.")
-@click.option("--zero", type=click.IntRange(0, 3), metavar="{0,1,2,3}", default=0, show_default=True, help="ZeRO stage.")
+@click.option("--zero", type=click.IntRange(0, 3), metavar="{0,1,2,3}", default=None,
+              help="ZeRO stage (default: the --stack's, as in `paraplan simulate`).")
 @click.option("--recompute", type=click.Choice([r.value for r in Recompute]), default="none", show_default=True,
               help="Activation recomputation.")
 @click.option("--sequence-parallel/--no-sequence-parallel", default=None,

@@ -30,7 +30,7 @@ from simulator.parallel_config import (MAX_GLOBAL_BATCH, MAX_GPUS, AttentionKern
 from simulator import headroom
 from simulator.report import StepReport
 from simulator.simulate import simulate
-from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel
+from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel, stack_zero_stage
 
 GIB = 2**30
 
@@ -234,9 +234,12 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
     sp = opts["sequence_parallel"]
     if sp is None:
         sp = stack_sequence_parallel(stack, tp, model.name, cluster.gpu.name, opts["dtype"], model.moe is not None)
+    zero = opts["zero"]
+    if zero is None:        # the stack's documented sharding, as `validate published` reads a row
+        zero = stack_zero_stage(stack, dp, cp, model.name, cluster.gpu.name, opts["dtype"])
     config = ParallelConfig(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=opts["ep"], etp=opts["etp"], vpp=opts["vpp"],
-        micro_batch=opts["micro_batch"], global_batch=gbs, zero_stage=opts["zero"],
+        micro_batch=opts["micro_batch"], global_batch=gbs, zero_stage=zero,
         recompute=opts["recompute"], sequence_parallel=sp, dtype=opts["dtype"],
         schedule=schedule, cp_kind=opts["cp_kind"], moe_load_imbalance=opts["moe_load_imbalance"],
         first_stage_layers=opts.get("first_stage_layers") or 0, last_stage_layers=opts.get("last_stage_layers") or 0,
@@ -364,10 +367,23 @@ def memory_advice(model: ModelSpec, cluster, config: ParallelConfig) -> str:
     return "try " + _or_list(options)
 
 
+def zero_source(stack_name: str, model: ModelSpec, cluster, config: ParallelConfig) -> str:
+    """Where a ZeRO stage the user did not give came from (``stack_zero_stage``), for the table:
+    the stack's default, a recipe of the stack for this model, or no data parallelism to shard."""
+    if config.dp * config.cp <= 1:
+        return "dp*cp is 1: nothing to shard"
+    stack = load_stack(stack_name)
+    own = stack.training.default_zero_stage if stack.training is not None else 0
+    whose = (f"{stack.name}'s default" if config.zero_stage == own
+             else f"{stack.name}'s recipe for {model.name} on {cluster.gpu.name}")
+    return f"{whose}; --zero sets another"
+
+
 def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | None = None,
-           config: ParallelConfig | None = None) -> str:
+           config: ParallelConfig | None = None, zero_note: str = "") -> str:
     """The human-readable table for one ``StepReport``; ``config``: its configuration, for the
-    advice when it does not fit (``memory_advice``; None: the whole list)."""
+    advice when it does not fit (``memory_advice``; None: the whole list); ``zero_note``: where
+    the ZeRO stage came from when the user did not give it (``zero_source``)."""
     c = report.config
     step = report.step_time_s
     lines = [
@@ -377,7 +393,7 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
         *_wrapped(f"dp={c['dp']} tp={c['tp']} pp={c['pp']} cp={c['cp']} ep={c['ep']} etp={c['etp']} vpp={c['vpp']}  "
                   f"micro_batch={c['micro_batch']} global_batch={c['global_batch']} "
                   f"({report.num_microbatches} micro-batches, {report.tokens_per_step:,.0f} tokens/step)", first="config   "),
-        *_wrapped(f"zero={c['zero_stage']} recompute={c['recompute']} sequence_parallel={_on_off(c['sequence_parallel'])} "
+        *_wrapped(f"zero={c['zero_stage']}" + (f" ({zero_note})" if zero_note else "") + f" recompute={c['recompute']} sequence_parallel={_on_off(c['sequence_parallel'])} "
                   f"dtype={c['dtype']} schedule={c['schedule']} flash_attention={_on_off(c['flash_attention'])} "
                   f"attention_kernel={c['attention_kernel']} "
                   f"overlap_grad_reduce={_on_off(c['overlap_grad_reduce'])} "
@@ -632,7 +648,10 @@ def _not_empty(value: str | None, option: str, comma_list: bool = False) -> str 
 @click.option("--micro-batch", type=POS, metavar="N", default=1, show_default=True, help="Sequences per micro-batch per data-parallel rank.")
 @click.option("--global-batch", type=POS, metavar="N", help="Sequences per optimizer step (whole job).")
 @click.option("--global-batch-tokens", type=TOKENS, help="Tokens per optimizer step (instead of --global-batch; a multiple of seq_len): 4194304, 4Mi (= 4,194,304) or 4M (= 4,000,000).")
-@click.option("--zero", type=click.IntRange(0, 3), metavar="{0,1,2,3}", default=0, show_default=True, help="ZeRO stage: 0 DDP, 1 optimizer states, 2 + gradients, 3 + weights sharded.")
+@click.option("--zero", type=click.IntRange(0, 3), metavar="{0,1,2,3}", default=None,
+              help="ZeRO stage: 0 DDP, 1 optimizer states, 2 + gradients, 3 + weights sharded "
+                   "(default: the --stack's default_zero_stage for this model, GPU and dtype, e.g. 1 for "
+                   "megatron-core, 3 for torchtitan; 0 when dp*cp is 1).")
 @click.option("--recompute", type=click.Choice([r.value for r in Recompute]), default="none", show_default=True, help="Activation recomputation.")
 @click.option("--stack", default="megatron-core", show_default=True, metavar="NAME|FILE",
               help=STACK_HELP + " whose documented behaviour (overlap, kernels, fusion, gradient dtype, "
@@ -763,7 +782,8 @@ def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_pat
     if as_json:
         click.echo(dump_json(json_dict(report, cluster, keep_gib, model)), nl=False)
     else:
-        click.echo(render(report, model, cluster, keep_gib, config), nl=False)
+        note = zero_source(opts["stack"], model, cluster, config) if opts["zero"] is None else ""
+        click.echo(render(report, model, cluster, keep_gib, config, note), nl=False)
     for note in notes:
         click.echo(note, err=True)
 
@@ -842,7 +862,15 @@ def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_pa
         # (a MoE model on a stack that cannot run tp > 1 without it: on, ``stack_sequence_parallel``)
         sp = bool(behaviour is not None and (behaviour.sequence_parallel_with_tp
                                              or (model.moe is not None and "moe_tp_without_sp" in behaviour.lacks)))
-    shared = dict(micro_batch=opts["micro_batch"], zero_stage=opts["zero"], recompute=opts["recompute"],
+    zero = opts["zero"]
+    if zero is None and (data is None or data.get("zero_stage") is None):
+        # the stack's documented sharding over the plan's data-parallel replicas, as on one GPU
+        # kind (``stack_zero_stage``); a plan file's own zero_stage wins over it
+        zero = stack_zero_stage(stack, sum(g.replicas for g in plan_groups), 1, model.name, gpu, opts["dtype"])
+        if zero > 1:
+            raise InputError("--zero", f"{stack.name}'s default ZeRO-{zero} across pools is not modelled yet",
+                             "give --zero 0 or 1")
+    shared = dict(micro_batch=opts["micro_batch"], zero_stage=zero, recompute=opts["recompute"],
                   sequence_parallel=sp, dtype=opts["dtype"], schedule=opts["schedule"] or "1f1b",
                   **plan_switches(software))
     gbs = None
@@ -856,6 +884,8 @@ def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_pa
                 data[key] = value
         if gbs is not None:
             data["global_batch"] = gbs
+        if data.get("zero_stage") is None:
+            data["zero_stage"] = zero
         plan = _hetero.plan_from_data(data)
     else:
         plan = HeteroPlan(groups=plan_groups, global_batch=gbs, **shared)

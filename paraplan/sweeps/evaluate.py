@@ -28,7 +28,7 @@ from simulator import headroom
 from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
-from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel
+from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel, stack_zero_stage
 from simulator.step_model import evaluate
 from simulator.validate_config import check_config, placed_and_checked
 
@@ -95,6 +95,7 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster, eff
     (``eff``: the cluster's efficiency model, loaded once for the group). The stack's fields are
     read once per (stack, dtype, tp) of the group, not per point (a stack file load each)."""
     software: dict[tuple, dict] = {}
+    stacks: dict[str, object] = {}            # loaded once per group, for the ZeRO default
     configs, where, placements = [], [], []
     for row, point in zip(rows, points):
         dtype = _dtype(point["dtype"], cluster)
@@ -119,6 +120,12 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster, eff
                 if point["gpus"] % per_replica:
                     raise InputError("gpus", f"{point['gpus']} GPUs do not divide by tp*pp*cp = {per_replica}")
                 fields["dp"] = point["gpus"] // per_replica
+            if fields.get("zero_stage") is None:
+                # the stack's documented sharding, as `paraplan simulate` and the API's simulate
+                if point["stack"] not in stacks:
+                    stacks[point["stack"]] = load_stack(point["stack"])
+                fields["zero_stage"] = stack_zero_stage(stacks[point["stack"]], int(fields["dp"]),
+                                                        int(fields.get("cp", 1)), model.name, cluster.gpu.name, dtype)
             if cluster.max_gpus is not None and point["gpus"] > cluster.max_gpus:
                 raise InputError("gpus", f"{point['gpus']} GPUs exceed the {cluster.max_gpus} of {cluster.name}")
             cluster.gpu.peak_flops(dtype)

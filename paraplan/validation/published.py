@@ -80,7 +80,7 @@ from paraplan.validation.row_model import (NUMERIC_COLUMNS, Skip, _check_family_
                                            _says_without_mtp, _stated_params, _str)
 from paraplan.validation.row_precision import unstated_dtype
 from simulator.parallel_config import ParallelConfig
-from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel
+from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel, stack_zero_stage
 from simulator.validate_config import check_config
 
 #: the usual system of each GPU kind (validation README: "Cluster presets should carry the
@@ -484,7 +484,7 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
             assumptions.append(f"zero={zero} ({why}; the row's zero_stage '{_str(row, 'zero_stage')}' says only "
                                "that Megatron-FSDP was off)")
     if zero is None:
-        zero = stack.training_for(model.name, gpu, dtype).default_zero_stage if dp * cp > 1 else 0
+        zero = stack_zero_stage(stack, dp, cp, model.name, gpu, dtype)
         assumptions.append(f"zero={zero} ({stack.name}'s default)")
     rc = _str(row, "recompute").split("(")[0].strip().lower()
     recipe_savings: dict = {}
