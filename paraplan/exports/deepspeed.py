@@ -155,7 +155,9 @@ def _check(p: dict) -> None:
         raise InputError("etp", "AutoEP reserves expert_tensor_parallel_size for future use (it must be 1)", "use etp 1")
     if zero == 3 and recompute == Recompute.FULL and not p["zero3_recompute_gather"]:
         raise InputError("recompute", "DeepSpeed's ZeRO-3 gathers a fully recomputed layer's parameters a third "
-                         "time, which this plan did not price", "plan with zero3_recompute_gather, or another recompute")
+                         "time, which this plan did not price",
+                         "plan with --stack deepspeed-2021 (its ZeRO-3 gathers again for the recompute: "
+                         "zero3_recompute_gather), or --recompute selective / none, or --zero 2 or lower")
     if zero == 3 and p["ep"] > 1 and cp > 1:
         raise InputError("cp", "AutoEP with ZeRO-3 does not run with Ulysses", "use zero_stage <= 2 or cp 1")
     if model.mtp_layers:
