@@ -81,6 +81,7 @@ from paraplan.validation.row_model import (NUMERIC_COLUMNS, Skip, _check_family_
 from paraplan.validation.row_precision import unstated_dtype
 from simulator.parallel_config import ParallelConfig
 from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel, stack_zero_stage
+from simulator.stage_layout import chunk_layers
 from simulator.validate_config import check_config
 
 #: the usual system of each GPU kind (validation README: "Cluster presets should carry the
@@ -533,7 +534,38 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
         check_config(model, config)
     except InputError as exc:
         raise Skip(f"configuration invalid: {exc}") from None
+    uneven = uneven_split_text(model, config)
+    if uneven:
+        assumptions.append(uneven)
     return RowInputs(model, cluster.name, config, metric, conv, assumptions, cluster=cluster, stack=stack.name)
+
+
+def _runs(counts: tuple[int, ...]) -> str:
+    """``7, 8 x 14, 7`` for (7, 8, ..., 8, 7): equal neighbours as ``value x count``."""
+    out, i = [], 0
+    while i < len(counts):
+        j = i
+        while j < len(counts) and counts[j] == counts[i]:
+            j += 1
+        out.append(f"{counts[i]} x {j - i}" if j - i > 1 else str(counts[i]))
+        i = j
+    return ", ".join(out)
+
+
+def uneven_split_text(model, config) -> str:
+    """The assumption a row makes when its decoder layers do not split evenly over its model
+    chunks and the row states no split (rows run with ``uneven_layers``: every chunk
+    ``ceil(layers / chunks)`` with the shortfall taken from the ends inwards,
+    ``simulator.stage_layout.chunk_layers``); "" where the chunks are equal or the row gives
+    its own first / last stage layers or layout."""
+    if config.pp == 1 or config.first_stage_layers or config.last_stage_layers or config.pipeline_layout:
+        return ""
+    decoder, _ = chunk_layers(model.num_layers, config.pp, config.vpp, model.mtp_layers,
+                              schedule=config.schedule.value)
+    if len(set(decoder)) == 1:
+        return ""
+    return (f"uneven pipeline split: {model.num_layers} layers on {len(decoder)} model chunks as {_runs(decoder)} "
+            "(the ends lighter, simulator.stage_layout; the row states no split)")
 
 
 #: Megatron ``--recompute-modules`` names -> paraplan's (``cost_models.memory.RECOMPUTE_MODULES``);
