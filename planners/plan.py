@@ -226,6 +226,28 @@ def row_config(row, software: Mapping | None = None) -> ParallelConfig:
         uneven_layers=True, **{f: int(row[f]) for f in _SEARCHED_FIELDS if f in row}, **dict(software or {}))
 
 
+def _pinned_recompute(defaults: tuple, fixed: Mapping[str, tuple], num_layers) -> tuple:
+    """The per-dtype fields the search's rows take (``defaults``) with a recomputation the
+    caller fixed to exactly ``full`` pinned as ``simulate`` runs it: ``num_layers`` (None or 0:
+    every layer of each chunk; N: the block method on N layers) and no partial recomputation
+    chosen by the memory search (``stack_lacks`` ``partial_recompute``, which that search
+    reads; ``PlanResult.software`` keeps the stack's own fields)."""
+    if num_layers is not None:
+        num_layers = whole_number("recompute_num_layers", num_layers)
+    if tuple(str(getattr(r, "value", r)) for r in fixed.get("recompute", ())) != ("full",):
+        if num_layers:
+            raise InputError("recompute_num_layers", "counts the layers of a full recomputation",
+                             "fix recompute to full (--recompute full), or leave it out")
+        return defaults
+    out = []
+    for d in defaults:
+        d = {**d, "stack_lacks": tuple(sorted(set(d.get("stack_lacks", ())) | {"partial_recompute"}))}
+        if num_layers:
+            d.update(recompute="full", recompute_num_layers=num_layers)
+        out.append(d)
+    return tuple(out)
+
+
 #: plan fields the search sets per row besides the enumerated ones (memory search, HSDP axis)
 _SEARCHED_FIELDS = ("recompute_num_layers", "recompute_layers_decrement", "offload_activation_layers",
                     "zero_shard_group")
@@ -399,7 +421,8 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
          progress: Callable[[int, int], None] | None = None, assign_stages: bool = True,
          stack: str = "megatron-core", max_plans: int | None = MAX_PLANS,
          space_chunk_rows: int | None = SPACE_CHUNK_ROWS, memory_search: bool = True, hsdp: bool = True,
-         prune_by_time: bool = True, count_fitting: bool = False, top: int = TOP_EXACT) -> PlanResult:
+         prune_by_time: bool = True, count_fitting: bool = False, top: int = TOP_EXACT,
+         recompute_num_layers: int | None = None) -> PlanResult:
     """Rank every valid configuration of ``model`` on ``gpus`` GPUs of ``cluster`` that fits.
 
     Args:
@@ -425,6 +448,12 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
             (``PlanResult.pareto``), so memory stays bounded on large searches (None: keep all).
         space_chunk_rows: rows of the space built and scored at a time (bounds the memory of a
             large search; None: the whole space at once).
+        recompute_num_layers: with ``fixed`` recompute exactly ``full``, the layers each chunk
+            recomputes (None or 0: every layer, as ``paraplan simulate --recompute full``; N:
+            Megatron's block method on N layers, as ``simulate --recompute-num-layers N``); a
+            recomputation fixed to full is then not thinned by the memory search (its offload
+            choice stays). Only a search that leaves recompute open (or allows more than full)
+            gives its fully recomputing plans the fewest layers that fit.
         memory_search: give every fully recomputing plan that fits only with some recomputation
             the fewest recomputed layers per chunk that fit (stage by stage:
             ``recompute_num_layers`` and ``recompute_layers_decrement``; one that fits without
@@ -490,6 +519,8 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     schedules = searched_schedules(schedules, fixed)
     stack_spec = load_stack(stack) if isinstance(stack, str) else stack
     defaults = tuple(stack_config_fields(stack_spec, d, model.name, cluster.gpu.name) for d in dtypes)
+    software = dict(zip(dtypes, defaults))        # what the plans run (PlanResult.software)
+    defaults = _pinned_recompute(defaults, fixed, recompute_num_layers)
     constraints = SearchConstraints(
         gpus=(lo, hi), global_batch=gbs, max_tp=int(max_tp or cluster.gpus_per_node),
         fixed=fixed, dtypes=dtypes, schedules=schedules,
@@ -557,7 +588,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         model=model.name, cluster=cluster.name, gpu=cluster.gpu.name, gpus=(lo, hi), global_batch=gbs,
         seq_len=model.seq_len, plans=plans, pruned=pruned, raw_size=base.raw_size, evaluated=evaluated,
         memory_limit_bytes=limit, hbm_bytes=cluster.gpu.hbm_bytes, wall_s=0.0, eval_s=eval_s,
-        eval_cpu_s=eval_cpu_s, dtypes=dtypes, stack=stack_spec.name, software=dict(zip(dtypes, defaults)),
+        eval_cpu_s=eval_cpu_s, dtypes=dtypes, stack=stack_spec.name, software=software,
         fitting=fitting, fit_unchecked=unchecked)
     stages = None
     if assign_stages and not model.hybrid_pattern:

@@ -441,7 +441,14 @@ def _csv(df) -> str:
 @click.option("--micro-batch", type=POS, help="Fix the micro-batch (sequences).")
 @click.option("--max-micro-batch", type=POS, help="Largest micro-batch to try [default: any divisor of the global batch].")
 @click.option("--zero", type=click.IntRange(0, 3), help="Fix the ZeRO stage.")
-@click.option("--recompute", type=click.Choice([r.value for r in Recompute]), help="Fix the recomputation.")
+@click.option("--recompute", type=click.Choice([r.value for r in Recompute]),
+              help="Fix the recomputation, as `paraplan simulate --recompute` runs it: full recomputes every "
+                   "layer of each model chunk (or --recompute-num-layers N of them); the memory search does not "
+                   "thin it. Left out, the search tries none, selective and full, and gives a full plan that "
+                   "fits with fewer recomputed layers the fewest that fit (fullN in the table).")
+@click.option("--recompute-num-layers", type=POS, metavar="N",
+              help="With --recompute full: recompute N layers of each model chunk (Megatron's block method), "
+                   "as `paraplan simulate --recompute-num-layers N`.")
 @click.option("--schedule", type=click.Choice([s.value for s in Schedule]),
               help="Fix the pipeline schedule (default: 1f1b, interleaved when vpp > 1).")
 @click.option("--headroom-gib", type=float, default=None,
@@ -570,7 +577,8 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         result = plan(spec, searched, parse_gpus(gpus), global_batch, global_batch_tokens=global_batch_tokens,
                       max_tp=max_tp, fixed=fixed, headroom_gib=headroom_gib, dtypes=dtypes or None,
                       max_micro_batch=max_micro_batch, progress=bar, stack=stack, memory_search=memory_search,
-                      hsdp=hsdp, count_fitting=count_fitting, top=top)
+                      hsdp=hsdp, count_fitting=count_fitting, top=top,
+                      recompute_num_layers=explicit.get("recompute_num_layers"))
     finally:
         bar.close()
     is_range = result.gpus[0] != result.gpus[1]
@@ -592,7 +600,8 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         out.append(_scaleup_note(result, spec, searched, dict(
             global_batch=global_batch, global_batch_tokens=global_batch_tokens, max_tp=max_tp, fixed=fixed,
             headroom_gib=headroom_gib, dtypes=dtypes or None, max_micro_batch=max_micro_batch, stack=stack,
-            memory_search=memory_search, hsdp=hsdp, top=top)))
+            memory_search=memory_search, hsdp=hsdp, top=top,
+            recompute_num_layers=explicit.get("recompute_num_layers"))))
     estimated = _estimated_ranks(result.top(top, detailed=True))
     if estimated:
         out.append(f"note: rank {estimated} carry the closed-form estimate of the pipeline time, not the exact "
@@ -694,6 +703,8 @@ def _plan_pooled(spec, cluster, gpus, global_batch, global_batch_tokens, top, ma
             raise InputError(f"--{name}", "the degrees differ per pool in a mixed plan; the search chooses them",
                              "drop it (--max-tp limits tensor parallelism)" if name == "tp" else "drop it")
     _check_pooled_schedule(explicit.get("schedule"))
+    if explicit.get("recompute_num_layers") is not None:   # every stage of a pooled plan recomputes in full
+        raise InputError("--recompute-num-layers", "not modelled on pooled clusters", "drop it")
     if explicit.get("zero_shard_group") is not None:       # ZeRO shards over every replica across pools
         raise InputError("--zero-shard-group", "not modelled on pooled clusters", "drop it")
     if dtypes and len(dtypes) > 1:
