@@ -708,7 +708,8 @@ def test_simulate_keeps_the_options_where_they_change_the_run():
 
 def test_simulate_and_plan_keep_the_default_headroom_unless_told_otherwise():
     from simulator.headroom import DEFAULT_HEADROOM_FRACTION
-    base = ["simulate", "-m", "llama3-8b", "-c", "mi300x-node", "--gpus", "8", "--global-batch", "64", "--json"]
+    base = ["simulate", "-m", "llama3-8b", "-c", "mi300x-node", "--gpus", "8", "--global-batch", "64", "--zero", "0",
+            "--json"]
     kept = json.loads(run(*base).stdout)
     assert kept["headroom_required_bytes"] == pytest.approx(DEFAULT_HEADROOM_FRACTION * kept["hbm_bytes"])
     # 186.8 GiB of 192: fits in HBM, but not with the 9.6 GiB a run keeps free

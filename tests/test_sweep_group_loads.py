@@ -27,4 +27,6 @@ def test_stack_and_efficiency_loads_per_group(monkeypatch):
     monkeypatch.setattr(ev, "efficiency_for_cluster", eff)
     df = ev.evaluate_points(points, "training", "simulate")
     assert len(df) == 8 and (df.status == "ok").sum() >= 1
-    assert calls == {"stack": 2, "eff": 1}      # tp 1 and tp 2; one (model, cluster, stack, dtype) group
+    # one (model, cluster, stack, dtype) group: one stack load (its fields read for tp 1 and tp 2
+    # and its default ZeRO stage from the same spec), one efficiency model
+    assert calls == {"stack": 1, "eff": 1}

@@ -46,10 +46,11 @@ PLAN_COLUMNS = tuple(c for c in OUTPUT_COLUMNS if c != "mfu") + ("fits",) + DETA
 _CONFIG_COLUMNS = tuple(c for c in PLAN_COLUMNS if c in {f.name for f in fields(ParallelConfig)})
 
 
-def stack_fields(stack_name: str, dtype: str, model, gpu: str, tp: int) -> dict:
+def stack_fields(stack, dtype: str, model, gpu: str, tp: int) -> dict:
     """The ``ParallelConfig`` software fields the stack's documented behaviour sets for this run
-    (``simulator.stack_defaults``, as ``paraplan simulate --stack``), sequence parallelism too."""
-    stack = load_stack(stack_name)
+    (``simulator.stack_defaults``, as ``paraplan simulate --stack``), sequence parallelism too;
+    ``stack``: a ``StackSpec`` or its name or file."""
+    stack = load_stack(stack) if isinstance(stack, str) else stack
     fields = stack_config_fields(stack, dtype, model.name, gpu)
     fields["sequence_parallel"] = stack_sequence_parallel(stack, tp, model.name, gpu, dtype, model.moe is not None)
     return fields
@@ -92,10 +93,11 @@ def _dtype(dtype: str | None, cluster) -> str:
 
 def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster, eff) -> None:
     """Score the valid points of one (model, cluster, seq_len, stack, dtype) group together
-    (``eff``: the cluster's efficiency model, loaded once for the group). The stack's fields are
-    read once per (stack, dtype, tp) of the group, not per point (a stack file load each)."""
+    (``eff``: the cluster's efficiency model, loaded once for the group). The stack is loaded once
+    per group (its fields, and the ZeRO stage a point without one runs, ``stack_zero_stage``) and
+    its fields read once per (stack, dtype, tp), not per point."""
     software: dict[tuple, dict] = {}
-    stacks: dict[str, object] = {}            # loaded once per group, for the ZeRO default
+    stacks: dict[str, object] = {}
     configs, where, placements = [], [], []
     for row, point in zip(rows, points):
         dtype = _dtype(point["dtype"], cluster)
@@ -106,9 +108,11 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster, eff
             # parallelism at tp 1 runs off): the row would show another configuration than its
             # point's, so it is refused with simulate's reason
             refuse_options_without_effect({"pp": 1, "tp": 1, "cp": 1, "recompute": "none", **given})
+            if point["stack"] not in stacks:          # loaded once per group
+                stacks[point["stack"]] = load_stack(point["stack"])
             key = (point["stack"], dtype, int(given.get("tp", 1)))
             if key not in software:
-                software[key] = stack_fields(point["stack"], dtype, model, cluster.gpu.name, key[2])
+                software[key] = stack_fields(stacks[point["stack"]], dtype, model, cluster.gpu.name, key[2])
             fields = dict(software[key])
             fields.update(given)                 # the grid's own values win over the stack's
             gbs = _batch(point, model.seq_len)
@@ -122,8 +126,6 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster, eff
                 fields["dp"] = point["gpus"] // per_replica
             if fields.get("zero_stage") is None:
                 # the stack's documented sharding, as `paraplan simulate` and the API's simulate
-                if point["stack"] not in stacks:
-                    stacks[point["stack"]] = load_stack(point["stack"])
                 fields["zero_stage"] = stack_zero_stage(stacks[point["stack"]], int(fields["dp"]),
                                                         int(fields.get("cp", 1)), model.name, cluster.gpu.name, dtype)
             if cluster.max_gpus is not None and point["gpus"] > cluster.max_gpus:
