@@ -468,15 +468,16 @@ def test_plan_prints_the_simulate_command_of_its_best_plan_and_it_gives_the_same
 
 
 def test_plan_json_and_csv_rows_carry_the_recompute_layers_decrement_their_label_shows():
-    """Among the top 60 of Llama-3-70B on 64 H100 (batch 128, full recomputation) a plan recomputes
+    """Among the top 400 of Llama-3-70B on 64 H100 (batch 128) a plan recomputes
     N layers per chunk on the first stage, one fewer per later stage (label fullNd1, which the
     legend explains); --json and --csv rows dropped the decrement, so a row read back named another
     plan (full recompute of N layers everywhere). The row is found by its fields, not pinned to a
-    rank. Recomputation is fixed to full since Megatron-Core runs no ZeRO-2/3 under a pipeline
-    (lacks zero2_with_pipeline): the ZeRO-3 pp 2 plans that carried the decrement (rank 26 of the
-    open search) are gone, and the ZeRO-1 pp 4 ones that carry it now rank 334th in it."""
-    args = ("plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "64", "--global-batch", "128", "--top", "60",
-            "--fix", "recompute=full")
+    rank. Since Megatron-Core runs no ZeRO-2/3 under a pipeline (lacks zero2_with_pipeline) the
+    ZeRO-3 pp 2 plans that carried the decrement (rank 26 of the open search) are gone, and the
+    ZeRO-1 pp 4 ones that carry it rank 334th; recomputation is left to the search (``--fix
+    recompute=full`` now pins every layer of each chunk, as simulate's --recompute full does), so
+    the top 400 are listed."""
+    args = ("plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "64", "--global-batch", "128", "--top", "400")
     rows = json.loads(run(*args, "--json").stdout)["plans"]
     i = next(k for k, r in enumerate(rows) if r["recompute_layers_decrement"] == 1)
     row = rows[i]
