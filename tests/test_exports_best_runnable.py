@@ -39,24 +39,38 @@ def _brute_force(plans: pd.DataFrame, framework: str, software, **context):
     return None, (reasons, fixes)
 
 
-def _refused_first(plans: pd.DataFrame, framework: str, software, refused: int, runs: int) -> pd.DataFrame:
-    """``refused`` rows ``framework`` refuses (in their ranked order), then ``runs`` rows it runs,
-    then the rest: a table whose first runnable row is deep."""
-    mod = exports.module(framework)
-    ok = [mod.refusal(exports.plan_fields({**exports.with_stack_fields(r, software), "model": MODEL})) is None
-          for r in plans.to_dict("records")]
-    ok = pd.Series(ok, index=plans.index)
+@pytest.fixture(scope="module")
+def runnable(small):
+    """framework -> per row of the ``small`` table, whether the framework's own ``refusal`` lets it
+    run, walked row by row once per framework (about 2 s each; the tests of this file asked for
+    the same walk seven times)."""
+    plans, software = small
+    masks: dict[str, pd.Series] = {}
+
+    def get(framework: str) -> pd.Series:
+        if framework not in masks:
+            mod = exports.module(framework)
+            ok = [mod.refusal(exports.plan_fields({**exports.with_stack_fields(r, software), "model": MODEL})) is None
+                  for r in plans.to_dict("records")]
+            masks[framework] = pd.Series(ok, index=plans.index)
+        return masks[framework]
+    return get
+
+
+def _refused_first(plans: pd.DataFrame, ok: pd.Series, refused: int, runs: int) -> pd.DataFrame:
+    """``refused`` rows the framework refuses (``ok`` false, in their ranked order), then ``runs``
+    rows it runs, then the rest: a table whose first runnable row is deep."""
     table = pd.concat([plans[~ok].iloc[:refused], plans[ok].iloc[:runs], plans[~ok].iloc[refused:]])
     table = table.reset_index(drop=True)
     table.attrs.update(plans.attrs)
     return table
 
 
-def test_the_cluster_a_table_names_is_read_once_per_call_not_once_per_row(small, monkeypatch):
+def test_the_cluster_a_table_names_is_read_once_per_call_not_once_per_row(small, runnable, monkeypatch):
     """Each row's launch hosts come from the cluster the table names: ``load_cluster`` ran for
     every row walked (23 s of 153 in a test walking ~51,000 rows). One table, one cluster: one read."""
     plans, software = small
-    table = _refused_first(plans, "deepspeed", software, refused=40, runs=1)
+    table = _refused_first(plans, runnable("deepspeed"), refused=40, runs=1)
     calls = []
     real = common.load_cluster
     monkeypatch.setattr(common, "load_cluster", lambda name: calls.append(name) or real(name))
@@ -81,11 +95,11 @@ def test_the_rows_skipped_by_column_conditions_are_rows_the_framework_refuses(sm
 
 
 @pytest.mark.parametrize("framework", ["megatron", "torchtitan", "deepspeed"])
-def test_the_best_runnable_row_is_the_first_a_row_by_row_walk_finds(small, framework):
+def test_the_best_runnable_row_is_the_first_a_row_by_row_walk_finds(small, runnable, framework):
     """The row, its rank and the slowdown are those of the plain walk (the reference), on a table
     whose first runnable row comes after 300 it refuses, and on the table as ranked."""
     plans, software = small
-    for table in (_refused_first(plans, framework, software, refused=300, runs=2), plans):
+    for table in (_refused_first(plans, runnable(framework), refused=300, runs=2), plans):
         rank, expected = _brute_force(table, framework, software, model=MODEL)
         row, got_rank, slowdown = exports.best_runnable(table, framework, software=software, model=MODEL)
         assert got_rank == rank and row == expected
@@ -95,11 +109,11 @@ def test_the_best_runnable_row_is_the_first_a_row_by_row_walk_finds(small, frame
 
 
 @pytest.mark.parametrize("framework", ["megatron", "torchtitan", "deepspeed"])
-def test_when_no_row_runs_the_refusals_are_counted_as_the_row_by_row_walk_counts_them(small, framework):
+def test_when_no_row_runs_the_refusals_are_counted_as_the_row_by_row_walk_counts_them(small, runnable, framework):
     """The message names the count of every refusing field (most first, ties in the order first
     met) and the fix of the most common: the walk's, over the rows the framework refuses."""
     plans, software = small
-    table = _refused_first(plans, framework, software, refused=400, runs=0).iloc[:400]
+    table = _refused_first(plans, runnable(framework), refused=400, runs=0).iloc[:400]
     rank, (reasons, fixes) = _brute_force(table, framework, software, model=MODEL)
     assert rank is None
     ranked = sorted(reasons.items(), key=lambda kv: -kv[1])
