@@ -19,6 +19,8 @@ it as a hang.
 """
 from __future__ import annotations
 
+import copy
+import functools
 import importlib
 import json
 import math
@@ -322,11 +324,18 @@ def hf_config_cases(rng: random.Random) -> list[Case]:
     return cases
 
 
-def _cluster_dict() -> dict:
+@functools.lru_cache(maxsize=1)
+def _cluster_files() -> dict:
     data = yaml.safe_load((REPO / "hardware_specs" / "clusters" / "dgx-h100.yaml").read_text())
     data["gpu"] = yaml.safe_load((REPO / "hardware_specs" / "gpus" / "h100-sxm-80gb.yaml").read_text())
     data["max_gpus"] = 4096
     return data
+
+
+def _cluster_dict() -> dict:
+    """dgx-h100 with its GPU inline, a fresh copy each call (the two files are parsed once: this
+    is asked for 20 times a ``generate``)."""
+    return copy.deepcopy(_cluster_files())
 
 
 def cluster_file_cases(rng: random.Random) -> list[Case]:
@@ -438,6 +447,13 @@ def generate(seed: int = SEED) -> list[Case]:
     return (option_cases(rng) + timeline_cases(rng) + model_file_cases(rng) + hf_config_cases(rng)
             + cluster_file_cases(rng) + csv_cases(rng) + sweep_cases(rng)
             + [Case(name, args, files) for name, args, files in fuzz_surfaces.generate(rng)])
+
+
+@functools.lru_cache(maxsize=1)
+def _generated(seed: int = SEED) -> tuple[Case, ...]:
+    """``generate(seed)`` once per process for the tests that run the cases (about a second each
+    time; the reproducibility test calls ``generate`` itself, twice)."""
+    return tuple(generate(seed))
 
 
 def _set(args: list[str], opt: str, value: str) -> list[str]:
@@ -606,9 +622,10 @@ def test_inputs_that_once_broke_the_contract_keep_it(name, args, files, tmp_path
 FUZZ_PARTS = 2
 
 
-def _verdicts(indices: list[int], folder: str) -> list[tuple[int, str | None, int | None]]:
-    """(case index, problem or None, exit code) of each case in ``indices``, run in this
-    process with the measurement launcher stubbed out (no GPU job may start)."""
+def _verdicts(indexed: list[tuple[int, Case]], folder: str) -> list[tuple[int, str | None, int | None]]:
+    """(case index, problem or None, exit code) of each (index, case) in ``indexed``, run in this
+    process with the measurement launcher stubbed out (no GPU job may start). The cases come
+    from the test (pickled), not from a ``generate`` of this process's own."""
     # import every module before patching any: importing train or calibrate after runtime.launch is
     # patched would bind the stand-in as their own launch, and the undo would then restore the stand-in
     modules = [importlib.import_module(f"paraplan.measure.{name}") for name in ("runtime", "train", "calibrate")]
@@ -617,10 +634,9 @@ def _verdicts(indices: list[int], folder: str) -> list[tuple[int, str | None, in
         module.launch = _no_launch
     try:
         runner = CliRunner()
-        cases = generate()
         out = []
-        for i in indices:
-            result, elapsed, hung = run_case(cases[i], Path(folder) / f"c{i}", runner)
+        for i, case in indexed:
+            result, elapsed, hung = run_case(case, Path(folder) / f"c{i}", runner)
             out.append((i, problems_with(result, elapsed, hung), None if result is None else result.exit_code))
         return out
     finally:
@@ -634,11 +650,11 @@ def test_every_fuzz_input_ends_in_an_answer_or_a_one_line_error(part, tmp_path, 
     from concurrent.futures import ProcessPoolExecutor
     monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
     monkeypatch.setenv("MPLBACKEND", "Agg")
-    cases = generate()
+    cases = _generated()
     mine = list(range(part, len(cases), FUZZ_PARTS))
     processes = cores_for_this_worker()
     t0 = time.perf_counter()
-    chunks = [mine[start::processes] for start in range(processes)]
+    chunks = [[(i, cases[i]) for i in mine[start::processes]] for start in range(processes)]
     with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
         verdicts = [v for part_ in pool.map(_verdicts, chunks, [str(tmp_path)] * len(chunks)) for v in part_]
     wall = time.perf_counter() - t0
