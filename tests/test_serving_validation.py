@@ -195,6 +195,29 @@ def test_a_row_whose_batch_disagrees_with_its_stated_concurrency_is_skipped_with
     assert cols["batch"] == 16.0 and cols["adp"] == 4.0
 
 
+def test_a_disaggregated_row_that_states_no_concurrency_is_skipped_and_one_that_does_is_read_at_its_decode_batches():
+    # the decode batch is a launch setting; the load is the stated concurrency, which for every
+    # disaggregated row that states one equals decode batch x workers x attention DP
+    disagg = dict(mode="disagg", prefill_batch_size=1, prefill_num_workers=1, prefill_tp_size=8,
+                  prefill_attention_dp_size=1, prefill_moe_tp_size=8, prefill_moe_ep_size=1, decode_batch_size=16,
+                  decode_num_workers=4, decode_tp_size=8, decode_attention_dp_size=1, decode_moe_tp_size=8,
+                  decode_moe_ep_size=1)
+    why = _one_deepseek_row(**disagg, silicon_data_source="source_file=x.csv; measured=2026-01-23")
+    assert isinstance(why, str) and "states no concurrency" in why
+    cols = _one_deepseek_row(**disagg, silicon_data_source="x; silicon_concurrency=64; y")
+    assert cols["decode_batch"] == 16.0 and cols["decode_workers"] == 4.0
+
+
+def test_every_predicted_disaggregated_row_ran_its_decode_batches_as_its_stated_concurrency(rows, results):
+    from paraplan.validation.serving import concurrency_of
+    predicted = set(results[(results.status == "ok")].id)
+    d = rows[(rows["mode"] == "disagg") & rows.id.isin(predicted)]
+    assert len(d) > 0
+    clients = d.silicon_data_source.map(concurrency_of)
+    product = d.decode_batch_size * d.decode_num_workers * d.decode_attention_dp_size.fillna(1).clip(lower=1)
+    assert (clients == product).all()
+
+
 def test_a_trtllm_moe_row_whose_batch_only_fits_if_tp_size_is_the_attention_dp_world_is_skipped():
     # TensorRT-LLM writes tensor_parallel_size 8 for TP-8 and for DP-8 (enable_attention_dp), a flag
     # the file has no column for. DeepSeek-R1 fp8 on 8 B200 at 8192 x 1024: the MLA KV cache is

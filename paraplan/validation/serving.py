@@ -74,7 +74,17 @@ prediction:
   fits under attention TP is read as stated.
 * disaggregated rows need their worker counts and batch sizes (``prefill_num_workers``,
   ``prefill_batch_size``, ``decode_num_workers``, ``decode_batch_size``); without them they
-  are skipped with the reason.
+  are skipped with the reason. They also need their load: the README defines ``batch_size`` as
+  the requests in flight for aggregated rows only, and a decode worker's batch size is its
+  launch setting (``--max-running-requests``, ``max_batch_size``). The file's disaggregated rows
+  that state a ``silicon_concurrency`` (106 of 109) all ran decode_batch_size x
+  decode_num_workers x decode_attention_dp_size clients, so that product is read as the load; a
+  row that states no concurrency (``_c_`` in its id, none in ``silicon_data_source``; the 3
+  auto-gap-analysis rows) is skipped with that reason (``_unstated_disagg_load``). For one of
+  them the product cannot be the load: Qwen3-32B at 4,000 x 1,000 on H100 with 5 prefill and 11
+  decode workers of one GPU, 528 clients, at the measured 567 ms TTFT and 22.3 ms TPOT complete
+  528 / (0.567 + 999 x 0.0223) = 23.1 requests/s, whose prompts need 23.1 x 4,000 x 2 x 32.8e9 =
+  6.1 PFLOP/s of the 5 prefill GPUs, more than their 4.9 PFLOP/s dense FP8 peak.
 
 Rows are evaluated in groups sharing (model, system, stack, formats, mode), each group as numpy
 columns through the same functions ``paraplan serve simulate`` and ``serve plan`` use.
@@ -339,6 +349,15 @@ def _split_problem(stack, model, moe_tp, moe_ep, prefix: str, tp: float = 1.0, a
             f"({stack.serving.expert_splits_text(group)}; stack input expert_splits)")
 
 
+def _unstated_disagg_load(row: dict) -> str | None:
+    """The skip reason of a disaggregated row that states no concurrency (see the module
+    docstring: its decode batch is a launch setting, not confirmed as the load), else None."""
+    if math.isfinite(concurrency_of(row.get("silicon_data_source"))):
+        return None
+    return ("disaggregated row states no concurrency (none in silicon_data_source, its id's c field empty): "
+            "decode_batch_size is the decode workers' launch setting, so the load it was measured at is unknown")
+
+
 def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
     """Rows that can be predicted (grouped by key) and the skip reason of the others."""
     rows: list[_Row] = []
@@ -428,6 +447,10 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
                     "decode_tp_size")
             if any(math.isnan(_num(r.get(c))) for c in need):
                 skipped[i] = "disaggregated row without worker counts and batch sizes"
+                continue
+            problem = _unstated_disagg_load(r)
+            if problem:
+                skipped[i] = problem
                 continue
             problem = None
             for side in ("prefill", "decode"):
