@@ -49,7 +49,7 @@ def test_rows_carrying_their_layout_are_predicted(rows, results, bundled_ids):
     layout = rows[(rows["mode"] == "agg") | rows.prefill_num_workers.notna()]
     predicted = results[(results.metric == "ttft_ms") & (results.status == "ok")].id
     # issue 16's target over every row carrying its layout, shared rows added since included; the
-    # bundled ones at what is measured on them (2068 of 2143)
+    # bundled ones at what is measured on them (2065 of 2143)
     assert predicted.nunique() / len(layout) >= 0.90
     bundled = layout[layout.id.isin(bundled_ids)]
     assert predicted[predicted.isin(bundled_ids)].nunique() / len(bundled) >= 0.96
@@ -62,6 +62,8 @@ def test_rows_carrying_their_layout_are_predicted(rows, results, bundled_ids):
     assert (skipped.reason.str.contains("differs from the silicon_concurrency")).sum() == 24
     # TensorRT-LLM MoE rows whose batch fits only if tp_size is an attention-DP world size
     assert (skipped.reason.str.contains("the file has no column for the flag")).sum() == 2
+    # disaggregated rows whose load is not stated (the auto-gap-analysis rows without a concurrency)
+    assert (skipped.reason.str.contains("states no concurrency")).sum() == 3
 
 
 # (backend, mode) -> (TTFT bound %, TPOT bound %, rows): the measured in-sample mean |error| plus
@@ -78,11 +80,14 @@ def test_rows_carrying_their_layout_are_predicted(rows, results, bundled_ids):
 # SGLang disagg's TTFT bound 69.5% -> 70.0% (2026-12-06, session 52: TensorRT-LLM's prefill
 # attention runs in FP8 over an FP8 KV cache; the refit slowed the shared prefill GEMM fraction
 # (Blackwell 0.541 -> 0.499), and SGLang disagg TTFT went 65.7% -> 69.6%).
+# SGLang disagg's TTFT bound 70.0% -> 57.0%, its rows 46 -> 45 (2026-12-06, session 53: a
+# disaggregated row that states no concurrency is skipped, the Qwen3-32B H100 row above among
+# them; after the Hopper refit 55.7%).
 BOUNDS = {
     ("vllm", "agg"): (26.5, 14.5, 759),
     ("sglang", "agg"): (47.0, 19.5, 450),
     ("trtllm", "agg"): (36.5, 19.5, 748),
-    ("sglang", "disagg"): (70.0, 20.5, 46),
+    ("sglang", "disagg"): (57.0, 20.5, 45),
     ("trtllm", "disagg"): (47.0, 19.0, 56),
 }
 
