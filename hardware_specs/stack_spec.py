@@ -45,6 +45,14 @@ ZERO3_GRAD_REDUCE = ("reduce_scatter", "all_reduce")
 #: stage's last backward (torchtitan's ``reshard_after_forward = not pp_enabled`` with
 #: ``torch.distributed.pipelining``'s deferred FSDP reduction)
 ZERO3_UNDER_PIPELINE = ("per_microbatch", "once_per_step")
+#: context-parallel flavours a training stack may run (``TrainingBehaviour.context_parallel_kind``;
+#: the names of ``simulator.parallel_config.CPKind``, priced in ``cost_models.context_parallel``):
+#: ``ring`` = K/V blocks passed around the CP ring under attention (Megatron-Core / Transformer
+#: Engine ``cp_comm_type="p2p"``), ``ulysses`` = all-to-alls over heads (DeepSpeed-Ulysses),
+#: ``hybrid`` = Ulysses inside the scale-up domain and ring across it (``a2a+p2p``),
+#: ``allgather`` = every rank all-gathers the CP group's K/V before attention (``all_gather``;
+#: torchtitan's CP wrapper, Llama 3's CP).
+CP_KINDS = ("ring", "ulysses", "hybrid", "allgather")
 #: FP8 scaling recipes (Transformer Engine names; ``none`` = the stack has no FP8 path).
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4", "none")
 #: what dtype a training stack keeps its gradient buffer (the gradients a backward accumulates
@@ -366,6 +374,12 @@ class TrainingBehaviour:
             has context parallelism. ``simulate`` refuses a plan that uses one
             (``simulator.stack_support.check_stack_features``) and the planner does not search
             it; each stack file cites where the release shows the absence.
+        context_parallel_kind: the context-parallel flavour the release runs when a run does not
+            choose one, one of ``CP_KINDS``: Megatron-Core (and NeMo / Megatron-Bridge on it) default
+            to the ring (``--cp-comm-type`` default ``["p2p"]``), torchtitan all-gathers K/V
+            (``allgather``). ``paraplan simulate`` without ``--cp-kind``, the API's ``simulate``
+            without ``cp_kind`` and ``paraplan plan`` without ``--fix cp_kind`` run it
+            (``simulator.stack_defaults.stack_cp_kind``); read only where cp > 1. Default ``ring``.
         cross_entropy: the language-model loss implementation, one of ``CROSS_ENTROPY_IMPLS``
             (Megatron ``--cross-entropy-loss-fusion`` and ``--cross-entropy-fusion-impl``,
             Megatron-Bridge ``model.cross_entropy_loss_fusion`` / ``cross_entropy_fusion_impl``);
@@ -417,6 +431,7 @@ class TrainingBehaviour:
     fp8_param_gather: bool = False
     zero3_master_params: bool = False
     cross_entropy: str = "megatron_unfused"
+    context_parallel_kind: str = "ring"
     selective_checkpoint: str = "core_attn"
     recipe_recompute: str = "none"
     moe_probs_in_expert: bool = False
@@ -448,6 +463,9 @@ class TrainingBehaviour:
         if self.grad_buffer not in GRAD_BUFFERS:
             raise InputError("training.grad_buffer", f"unknown value {self.grad_buffer!r}",
                              "choose one of " + ", ".join(GRAD_BUFFERS))
+        if self.context_parallel_kind not in CP_KINDS:
+            raise InputError("training.context_parallel_kind", f"unknown flavour {self.context_parallel_kind!r}",
+                             "choose one of " + ", ".join(CP_KINDS))
         if self.cross_entropy not in CROSS_ENTROPY_IMPLS:
             raise InputError("training.cross_entropy", f"unknown implementation {self.cross_entropy!r}",
                              "choose one of " + ", ".join(CROSS_ENTROPY_IMPLS))

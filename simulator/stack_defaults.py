@@ -128,3 +128,15 @@ def stack_zero_stage(stack: StackSpec, dp: int, cp: int = 1, model_name: str | N
         return 0
     t = stack.training_for(model_name, gpu, dtype)
     return int(t.default_zero_stage) if t is not None else 0
+
+
+def stack_cp_kind(stack: StackSpec, model_name: str | None = None, gpu: str | None = None,
+                  dtype: str | None = None) -> str:
+    """The context-parallel flavour a run on ``stack`` uses when the user does not choose one: the
+    release's documented ``context_parallel_kind`` (``CPKind`` name; a recipe's override for this
+    model, GPU and dtype wins, ``StackSpec.training_for``), ``ring`` for a stack without training
+    behaviour. Megatron-Core's ``--cp-comm-type`` defaults to ``p2p`` (the ring), torchtitan
+    all-gathers K/V. ``paraplan simulate``, the API's ``simulate`` and ``paraplan plan`` apply it;
+    it matters only at cp > 1."""
+    t = stack.training_for(model_name, gpu, dtype)
+    return str(t.context_parallel_kind) if t is not None else "ring"
