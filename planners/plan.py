@@ -43,9 +43,9 @@ from planners.space_scoring import kept_rows, score_space
 from planners.time_pruning import FRONTIER_MIN_SHARE
 from planners.vectorized import DEFAULT_CHUNK_ROWS, Evaluated, evaluate_space
 from simulator import headroom
-from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, ParallelConfig, Schedule
+from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, CPKind, ParallelConfig, Schedule
 from simulator.report import TIME_PARTS
-from simulator.stack_defaults import stack_config_fields
+from simulator.stack_defaults import stack_config_fields, stack_cp_kind
 from simulator.step_model import LAYER_KEY_FIELDS
 
 GIB = 2**30
@@ -217,7 +217,11 @@ def frontier_mask(cost: np.ndarray, value: np.ndarray, min_share: float | None =
 
 def row_config(row, software: Mapping | None = None) -> ParallelConfig:
     """A ranked-table row as a ``ParallelConfig``; ``software``: the stack fields it ran with
-    (``PlanResult.software`` for its dtype), else ``ParallelConfig``'s defaults."""
+    (``PlanResult.software`` for its dtype), else ``ParallelConfig``'s defaults. At cp 1 the
+    context-parallel flavour is ``ring`` (nothing runs; ``simulate`` without --cp-kind says so)."""
+    software = dict(software or {})
+    if int(row["cp"]) == 1 and "cp_kind" in software:
+        software["cp_kind"] = "ring"
     return ParallelConfig(
         dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), cp=int(row["cp"]), ep=int(row["ep"]),
         vpp=int(row["vpp"]), micro_batch=int(row["micro_batch"]), global_batch=int(row["global_batch"]),
@@ -345,6 +349,11 @@ def _fixed_value(name: str, v):
         if str(v).lower() not in SCHEDULE_NAMES:
             raise InputError("fix", f"schedule={v!r}", "choose one of " + ", ".join(SCHEDULE_NAMES))
         return str(v).lower()
+    if name == "cp_kind":
+        kinds = [k.value for k in CPKind]
+        if str(getattr(v, "value", v)).strip().lower() not in kinds:
+            raise InputError("fix", f"cp_kind={v!r}", "choose one of " + ", ".join(kinds))
+        return str(getattr(v, "value", v)).strip().lower()
     if name == "sequence_parallel":
         text = str(v).strip().lower()
         if text in ("1", "true", "on", "yes", "y"):
@@ -518,7 +527,15 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     fixed = normalise_fixed(fixed)
     schedules = searched_schedules(schedules, fixed)
     stack_spec = load_stack(stack) if isinstance(stack, str) else stack
-    defaults = tuple(stack_config_fields(stack_spec, d, model.name, cluster.gpu.name) for d in dtypes)
+    # the context-parallel flavour the rows run at cp > 1: the one fixed, else the stack's for each
+    # dtype (``simulate`` without --cp-kind runs the same); one a search, not an axis
+    kinds = fixed.pop("cp_kind", None)
+    if kinds is not None and len(set(kinds)) > 1:
+        raise InputError("fix", f"cp_kind={','.join(kinds)}: a search runs one context-parallel flavour",
+                         "fix one (--fix cp_kind=ring), and search the other in a second run")
+    defaults = tuple({**stack_config_fields(stack_spec, d, model.name, cluster.gpu.name),
+                      "cp_kind": kinds[0] if kinds else stack_cp_kind(stack_spec, model.name, cluster.gpu.name, d)}
+                     for d in dtypes)
     software = dict(zip(dtypes, defaults))        # what the plans run (PlanResult.software)
     defaults = _pinned_recompute(defaults, fixed, recompute_num_layers)
     constraints = SearchConstraints(
@@ -533,7 +550,9 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         # what the stack cannot run for any searched dtype is not searched (check_config agrees)
         stack_lacks=tuple(sorted(set().union(*(d["stack_lacks"] for d in defaults)))),
         # tp whose groups would span scale-up domains unevenly is not searched (check_cluster agrees)
-        scaleup_gpus=cluster.gpus_per_node)
+        scaleup_gpus=cluster.gpus_per_node,
+        # a cp whose sequence (or, Ulysses, heads) split the flavour refuses is not searched
+        cp_kinds=tuple(dict.fromkeys(d["cp_kind"] for d in defaults)))
 
     # the space is built and scored chunk by chunk; only the rows a result can show are kept
     base = enumerate_base(model, constraints, space_chunk_rows)

@@ -24,6 +24,7 @@ from typing import Mapping
 
 import numpy as np
 
+from cost_models.context_parallel import ulysses_heads_ok
 from cost_models.params import tp_splits_kv_heads
 from cost_models.sharding import largest_zero_group
 from cost_models.topology import groups_tile_node
@@ -39,7 +40,7 @@ from simulator.validate_config import needs_uneven_split, sequence_split_ok
 RULES = {
     "fixed": "a value the request fixed or excluded (--fix, --tp, ...)",
     "max_tp": "tp above the maximum (default: GPUs per node, the NVLink domain)",
-    "heads": "tp does not divide the attention heads",
+    "heads": "tp does not divide the attention heads (or, with Ulysses context parallelism, tp x cp does not)",
     "kv_heads": "tp does not divide the key/value heads (or, on a stack that replicates them over tp, is not a multiple of them)",
     "ffn": "tp does not divide the FFN width",
     "scaleup": "on more GPUs than one scale-up domain (GPUs per node), a group's run of consecutive ranks neither "
@@ -47,7 +48,8 @@ RULES = {
                "zero_shard_group or tp x cp x dp (data-parallel group); such a group would span domains unevenly "
                "(`simulate` refuses it, topology.groups_tile_node)",
     "layers": "pp above the layer count, or (interleaved) pp*vpp not dividing the layers (or layers + 2); with vpp = 1 the layers need not split evenly over the stages",
-    "sequence": "2 x cp does not divide the sequence length (ring context parallelism: two chunks per rank), or, with "
+    "sequence": "2 x cp does not divide the sequence length (ring, hybrid and all-gather context parallelism: two "
+                "chunks per rank; cp under Ulysses), or, with "
                 "sequence parallelism, tp does not divide the seq_len / cp tokens of a cp rank",
     "batch": "dp*micro_batch does not divide the global batch (or, interleaved, the micro-batch count is not a multiple of pp)",
     "experts": "ep does not divide the experts, or does not divide dp*cp*tp",
@@ -74,7 +76,7 @@ SCHEDULE_NAMES = tuple(s.value for s in Schedule)             # index = code
 DEFAULT_SCHEDULES = (Schedule.ONE_F_ONE_B.value, Schedule.INTERLEAVED.value)
 #: the fields a request may fix (``--fix name=value``) and the axis each belongs to.
 FIXABLE = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute",
-           "sequence_parallel", "schedule", "zero_shard_group")
+           "sequence_parallel", "schedule", "zero_shard_group", "cp_kind")
 
 
 def divisors(n: int) -> np.ndarray:
@@ -137,6 +139,11 @@ class SearchConstraints:
             not searched unless ``fixed`` asks for ZeRO-2.
         stack_lacks: what the stack cannot run (``TrainingBehaviour.lacks``, for any searched
             dtype): rows that use one are not searched, as ``check_config`` refuses them.
+        cp_kinds: the context-parallel flavours the searched rows run at cp > 1 (one per searched
+            dtype: the stack's ``context_parallel_kind``, or the one ``--fix cp_kind`` gives):
+            a cp must split the sequence as each of them needs (``sequence_split_ok``) and, for
+            Ulysses, the tp rank's query heads (``ulysses_heads_ok``), as ``check_config`` requires.
+            The flavour itself is not an axis of the space (``cp_kind`` is taken out of ``fixed``).
         scaleup_gpus: GPUs of one scale-up domain (the cluster's ``gpus_per_node``): a layout
             whose tensor-, context-, expert-, data-parallel or ZeRO shard groups do not tile it
             is not searched (``topology.groups_tile_node``), as ``check_cluster`` refuses it;
@@ -156,6 +163,7 @@ class SearchConstraints:
     zero2_is_zero1: bool = False
     stack_lacks: tuple[str, ...] = ()
     scaleup_gpus: int = 0
+    cp_kinds: tuple[str, ...] = ("ring",)
 
 
 @dataclass(frozen=True)
@@ -215,6 +223,11 @@ def coded(fixed: Mapping[str, tuple]) -> dict[str, tuple]:
             values = tuple(int(bool(v)) for v in values)
         out[name] = tuple(values)
     return out
+
+
+def _all_kinds(c: "SearchConstraints", rule) -> np.ndarray:
+    """``rule(kind)`` (a mask) for every context-parallel flavour ``c`` searches, all true."""
+    return np.logical_and.reduce([np.asarray(rule(k), dtype=bool) for k in c.cp_kinds])
 
 
 def _allowed(fixed: Mapping[str, tuple], name: str, values: np.ndarray) -> np.ndarray:
@@ -382,8 +395,11 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         # are checked by the same rule where their axes are crossed in
         ("scaleup", groups_tile_node(c.scaleup_gpus, dp * tp * pp * cp, tp, cp, dp) if c.scaleup_gpus else True),
         ("layers", pp <= L),
-        # ring context parallelism (the search's): 2 * cp equal chunks (validate_config.sequence_split_ok)
-        ("sequence", sequence_split_ok(model.seq_len, cp, tp, False)),
+        # the searched context-parallel flavours' sequence split (validate_config.sequence_split_ok:
+        # 2 * cp equal chunks for ring, hybrid and all-gather, cp for Ulysses)
+        ("sequence", _all_kinds(c, lambda k: sequence_split_ok(model.seq_len, cp, tp, False, k))),
+        # Ulysses splits each tp rank's query heads over cp (check_config's rule)
+        ("heads", _all_kinds(c, lambda k: (cp == 1) | (k != "ulysses") | ulysses_heads_ok(h, tp, cp))),
         ("batch", gbs % dp == 0),
         ("stack", ~lacked_use(lacks, pp=pp, cp=cp)),
     ], len(dp), scale(0))
@@ -455,7 +471,8 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("fixed", grid(_allowed(fixed, "sequence_parallel", sp)[None, :])),
         ("sp_needs_tp", grid((sp == 0)[None, :] | (t > 1))),
         # sequence parallelism splits each cp rank's seq_len / cp tokens over tp (check_config's rule)
-        ("sequence", grid(sequence_split_ok(model.seq_len, cols["cp"][:, None], t, (sp == 1)[None, :]))),
+        ("sequence", grid(_all_kinds(c, lambda k: sequence_split_ok(model.seq_len, cols["cp"][:, None], t,
+                                                                    (sp == 1)[None, :], k)))),
         ("fixed", grid(_allowed(fixed, "zero_stage", zero)[None, :])),
         # a ZeRO stage the request fixed is kept (as zero2_is_zero1 keeps a fixed ZeRO-2): simulate
         # runs it, and dropping it left ``--dp 1 --zero 1`` no layout, blamed on the global batch

@@ -30,7 +30,7 @@ from simulator.parallel_config import (MAX_GLOBAL_BATCH, MAX_GPUS, AttentionKern
 from simulator import headroom
 from simulator.report import StepReport
 from simulator.simulate import simulate
-from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel, stack_zero_stage
+from simulator.stack_defaults import stack_cp_kind, stack_config_fields, stack_sequence_parallel, stack_zero_stage
 
 GIB = 2**30
 
@@ -196,7 +196,7 @@ def refuse_options_without_effect(opts: dict) -> None:
     if opts.get("sequence_parallel") and opts["tp"] == 1:
         raise InputError("sequence_parallel", "sequence parallelism splits activations over the tensor-parallel "
                          "ranks: with tp 1 it would run off", "drop --sequence-parallel, or set --tp 2 or more")
-    if opts["cp"] == 1 and opts.get("cp_kind", CPKind.RING.value) != CPKind.RING.value:
+    if opts["cp"] == 1 and (opts.get("cp_kind") or CPKind.RING.value) != CPKind.RING.value:
         raise InputError("cp_kind", f"{opts['cp_kind']} context parallelism with cp 1 changes nothing",
                          "drop --cp-kind, or set --cp 2 or more")
     if opts.get("recompute_method") == "uniform" and not (opts["recompute"] == Recompute.FULL.value
@@ -237,11 +237,14 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
     zero = opts["zero"]
     if zero is None:        # the stack's documented sharding, as `validate published` reads a row
         zero = stack_zero_stage(stack, dp, cp, model.name, cluster.gpu.name, opts["dtype"])
+    cp_kind = opts.get("cp_kind")
+    if cp_kind is None:     # the flavour the stack's framework runs (ring at cp 1: nothing to price)
+        cp_kind = stack_cp_kind(stack, model.name, cluster.gpu.name, opts["dtype"]) if cp > 1 else CPKind.RING.value
     config = ParallelConfig(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=opts["ep"], etp=opts["etp"], vpp=opts["vpp"],
         micro_batch=opts["micro_batch"], global_batch=gbs, zero_stage=zero,
         recompute=opts["recompute"], sequence_parallel=sp, dtype=opts["dtype"],
-        schedule=schedule, cp_kind=opts["cp_kind"], moe_load_imbalance=opts["moe_load_imbalance"],
+        schedule=schedule, cp_kind=cp_kind, moe_load_imbalance=opts["moe_load_imbalance"],
         first_stage_layers=opts.get("first_stage_layers") or 0, last_stage_layers=opts.get("last_stage_layers") or 0,
         uneven_layers=bool(opts.get("uneven_layers")),
         recompute_num_layers=opts.get("recompute_num_layers") or 0,
@@ -379,11 +382,20 @@ def zero_source(stack_name: str, model: ModelSpec, cluster, config: ParallelConf
     return f"{whose}; --zero sets another"
 
 
+def cp_kind_source(stack_name: str, config: ParallelConfig) -> str:
+    """Where a context-parallel flavour the user did not give came from (``stack_cp_kind``), for
+    the table: the stack's default at cp > 1; "" at cp 1 (no flavour runs)."""
+    if config.cp <= 1:
+        return ""
+    return f"{load_stack(stack_name).name}'s default; --cp-kind sets another"
+
+
 def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | None = None,
-           config: ParallelConfig | None = None, zero_note: str = "") -> str:
+           config: ParallelConfig | None = None, zero_note: str = "", cp_note: str = "") -> str:
     """The human-readable table for one ``StepReport``; ``config``: its configuration, for the
     advice when it does not fit (``memory_advice``; None: the whole list); ``zero_note``: where
-    the ZeRO stage came from when the user did not give it (``zero_source``)."""
+    the ZeRO stage came from when the user did not give it (``zero_source``); ``cp_note``: the
+    same for the context-parallel flavour (``cp_kind_source``)."""
     c = report.config
     step = report.step_time_s
     lines = [
@@ -399,7 +411,7 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
                   f"overlap_grad_reduce={_on_off(c['overlap_grad_reduce'])} "
                   f"overlap_param_gather={_on_off(c['overlap_param_gather'])} tp_comm_overlap={_tp_overlap_text(c)} "
                   f"ep_comm_overlap={_on_off(c['ep_comm_overlap'])} ep_dispatch_dedup={_on_off(c['ep_dispatch_dedup'])} "
-                  f"cp_kind={c['cp_kind']} moe_load_imbalance={c['moe_load_imbalance']:g} "
+                  f"cp_kind={c['cp_kind']}" + (f" ({cp_note})" if cp_note else "") + f" moe_load_imbalance={c['moe_load_imbalance']:g} "
                   f"grad_accumulation_fusion={_on_off(c['grad_accumulation_fusion'])}"
                   + (f" zero3_recompute_gather={_on_off(c['zero3_recompute_gather'])}" if c["zero_stage"] >= 3 else "")),
         "",
@@ -665,7 +677,10 @@ def _not_empty(value: str | None, option: str, comma_list: bool = False) -> str 
 @click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None, help="TP collectives overlap the GEMMs (userbuffers / async TP).")
 @ep_comm_overlap_option
 @ep_dispatch_dedup_option
-@click.option("--cp-kind", type=click.Choice([k.value for k in CPKind]), default="ring", show_default=True, help="Context-parallel flavour.")
+@click.option("--cp-kind", type=click.Choice([k.value for k in CPKind]), default=None,
+              help="Context-parallel flavour (default: the --stack's context_parallel_kind, the one its framework "
+                   "runs: ring for Megatron-Core / NeMo / Megatron-Bridge (--cp-comm-type p2p), allgather for "
+                   "torchtitan).")
 @click.option("--moe-load-imbalance", type=click.FloatRange(min=1.0), metavar="RATIO", default=1.0, show_default=True, help="Busiest expert-parallel rank's routed rows / the mean over the EP group (1 = balanced); capped at the model's moe.capacity_factor; no effect at --ep 1, where every expert is local.")
 @click.option("--flash-attention/--no-flash-attention", default=None, help="Fused attention core (no stored score matrix).")
 @click.option("--attention-kernel", type=click.Choice([k.value for k in AttentionKernel]), default=None,
@@ -783,7 +798,8 @@ def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_pat
         click.echo(dump_json(json_dict(report, cluster, keep_gib, model)), nl=False)
     else:
         note = zero_source(opts["stack"], model, cluster, config) if opts["zero"] is None else ""
-        click.echo(render(report, model, cluster, keep_gib, config, note), nl=False)
+        cp_note = cp_kind_source(opts["stack"], config) if opts.get("cp_kind") is None else ""
+        click.echo(render(report, model, cluster, keep_gib, config, note, cp_note), nl=False)
     for note in notes:
         click.echo(note, err=True)
 
