@@ -249,7 +249,7 @@ def test_a_compiled_float8_plan_tells_the_converter_the_model_is_compiled():
 def test_plans_torchtitan_cannot_run_as_planned_are_refused_with_the_reason():
     base = dict(next(r for n, r in ACCEPTED if n == "zero2-fsdp"))
     for change, field in (({"recompute": "selective"}, "recompute"), ({"dtype": "fp16"}, "dtype"),
-                          ({"cp": 2, "dp": 4}, "cp"), ({"zero_stage": 0, "tp": 2, "dp": 4}, "zero_stage"),
+                          ({"cp": 2, "dp": 4}, "cp_kind"), ({"zero_stage": 0, "tp": 2, "dp": 4}, "zero_stage"),
                           ({"model": "mixtral-8x7b"}, "model"), ({"dtype": "mxfp8"}, "dtype")):
         with pytest.raises(InputError) as err:
             torchtitan.emit({**base, **change})
@@ -375,3 +375,69 @@ def test_an_mtp_plan_runs_mtploss_unchunked_and_a_chunked_one_is_refused():
     with pytest.raises(InputError) as err:
         torchtitan.emit({**row, "loss_chunk_tokens": 1024})
     assert err.value.field == "loss_chunk_tokens" and "MTPLoss" in str(err.value)
+
+
+def _allgather_cp_plan(**change) -> dict:
+    """Llama 3 8B at 64K on 64 H100, dp 2 x tp 4 x cp 8, FSDP, priced on the torchtitan stack
+    without a flavour given: its context_parallel_kind, all-gather (the plan row an export reads)."""
+    from paraplan import api
+    args = dict(gpus=64, tp=4, cp=8, micro_batch=1, global_batch=32, seq_len=65536, zero_stage=3,
+                recompute="full", sequence_parallel=True, stack="torchtitan")
+    row = api.simulate("llama3-8b", "dgx-h100", **{**args, **change}).iloc[0].to_dict()
+    return {**row, "seq_len": 65536}
+
+
+def test_an_allgather_cp_plan_exports_the_cp_degree_and_the_head_tail_balancer():
+    """torchtitan 0.3.0 all-gathers K/V over the CP group for FlexAttention (distributed/
+    context_parallel/api.py apply_cp_to_forward: flex_cp_allgather), the registry models' attention;
+    config/configs.py: context_parallel_degree (1 = off) and context_parallel_load_balancer
+    'headtail' (rank i holds chunks i and 2cp-1-i, the 2 x cp chunks the plan prices)."""
+    row = _allgather_cp_plan()
+    assert row["cp_kind"] == "allgather"          # the torchtitan stack's flavour, not a choice here
+    par = torchtitan.settings(row)["parallelism"]
+    assert (par["context_parallel_degree"], par["context_parallel_load_balancer"]) == (8, "headtail")
+    # FSDP over dp_shard = dp 2 (torchtitan folds the 8 cp ranks in: fsdp = dp_shard * cp)
+    assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (2, 1)
+    assert par["tensor_parallel_degree"] == 4
+    text = torchtitan.emit(row)
+    assert "    config.parallelism.context_parallel_degree = 8\n" in text
+    assert "    config.parallelism.context_parallel_load_balancer = 'headtail'\n" in text
+    # a plan without context parallelism writes it off and leaves the balancer alone
+    flat = torchtitan.settings(_allgather_cp_plan(cp=1, tp=8, seq_len=8192))["parallelism"]
+    assert flat["context_parallel_degree"] == 1 and "context_parallel_load_balancer" not in flat
+
+
+def test_config_manager_builds_an_allgather_cp_export_that_means_the_plan(tt, load):
+    row = _allgather_cp_plan()
+    p = plan_fields(row)
+    cfg = load("cp_allgather", torchtitan.emit(row))
+    par, training = cfg.parallelism, cfg.training
+    dims = tt["ParallelDims"].from_config(par, 64)       # asserts the degrees multiply to the world
+    assert (dims.dp_replicate * dims.dp_shard, dims.tp, dims.pp, dims.cp) == (2, 4, 1, 8) == (
+        p["dp"], p["tp"], p["pp"], p["cp"])
+    assert par.context_parallel_load_balancer == "headtail"
+    # torchtitan's batch (trainer.py): the data-parallel degree excludes cp, whose ranks share
+    # the sequences; 32 = 2 ranks x local batch 1 x 16 accumulation steps
+    assert training.seq_len == 65536 and training.local_batch_size == 1 and training.global_batch_size == 32
+    assert training.global_batch_size // (training.local_batch_size * dims.dp_replicate * dims.dp_shard) == 16
+    # and its FSDP mesh is the plan's ZeRO group of dp x cp = 16 ranks
+    assert dims.dp_shard * dims.cp == 16
+
+
+def test_ring_and_ulysses_cp_plans_are_refused_pointing_at_the_torchtitan_stack():
+    for kind in ("ring", "ulysses", "hybrid"):
+        with pytest.raises(InputError) as err:
+            torchtitan.emit(_allgather_cp_plan(cp_kind=kind, **({"tp": 2} if kind == "ulysses" else {})))
+        assert err.value.field == "cp_kind"
+        assert f"not the {kind} attention" in err.value.message and "--stack torchtitan" in err.value.fix
+    # FSDP always runs over the cp ranks: a ZeRO-0 plan with cp > 1 is not what torchtitan runs
+    with pytest.raises(InputError) as err:
+        torchtitan.emit({**_allgather_cp_plan(), "zero_stage": 0})
+    assert err.value.field == "zero_stage"
+
+
+def test_a_chunked_loss_under_cp_cuts_the_ranks_local_sequence():
+    # the plan prices chunks of micro_batch x seq_len / cp tokens; the loss runs on the 65536 / 8 =
+    # 8192 local positions, so a chunk of 2048 tokens is 8192 / 2048 = 4 chunks (not 32)
+    row = {**_allgather_cp_plan(), "loss_chunk_tokens": 2048}
+    assert torchtitan.settings(row)["loss"] == {"kind": "chunked", "num_chunks": 4}

@@ -51,9 +51,18 @@ How the plan maps (and what is refused, ``refusal``):
   on the ``torchtitan`` stack (``selective_modules`` = layernorm, mlp_act,
   every_second_linear). A selective plan priced as Megatron's (the attention core only,
   Korthikanti et al. 2022) has no torchtitan equivalent and is refused.
-* Context parallelism is refused: 0.3.0's language models use FlexAttention / varlen attention,
-  and its CP wrapper all-gathers K/V for them (``distributed/context_parallel/api.py``), neither
-  the ring nor Ulysses the plan prices (0.2.x's ``context_parallel_rotate_method`` is gone).
+* Context parallelism: ``context_parallel_degree`` = cp for a plan priced as all-gather CP
+  (``cp_kind`` ``allgather``, the ``torchtitan`` stacks' ``context_parallel_kind``): 0.3.0's
+  registry models run FlexAttention (``attn_backend`` ``"flex"``), whose CP wrapper all-gathers
+  K/V over the CP group before the local queries' attention (``distributed/context_parallel/
+  api.py`` ``apply_cp_to_forward``: ``flex_cp_allgather``; the default ``spmd_types`` backend's
+  ``models/common/decoder_sharding.py`` makes K/V Replicate on ``cp``, their gradients Partial),
+  with ``context_parallel_load_balancer`` ``"headtail"`` (written; 0.3.0's default): rank i holds
+  sequence chunks i and 2cp-1-i of 2cp, the load balancing the plan's 2 x cp chunks price
+  (``simulator.validate_config.cp_sequence_chunks``). FSDP then shards over ``data_parallel_shard_
+  degree`` x cp (``parallel_dims``: ``fsdp = dp_shard * cp``), the ZeRO group of dp x cp ranks the
+  plan prices. Ring, Ulysses and hybrid plans are refused (0.3.0 has no such option; 0.2.x's
+  ``context_parallel_rotate_method`` is gone), as are ZeRO-0 and HSDP plans with cp > 1.
 * Precision: bf16 / fp32 mixed-precision parameters; ``fp8`` = ``Float8LinearConverter`` with
   its rowwise recipe (the float8 converter of 0.3.0; needs torchao and an SM89+ GPU when the
   config is built); fp16, MXFP8 and NVFP4 plans are refused.
@@ -155,7 +164,9 @@ def screened(col) -> list:
     return [
         # refuse_memory_features (zero_shard_group and loss_chunk_tokens supported)
         screen.any_of(col, ("recompute_num_layers", "recompute_layers_decrement", "offload_activation_layers")),
-        None if cp is None else cp > 1,                                    # no context parallelism
+        # context parallelism only as all-gather CP, with FSDP over the cp ranks
+        screen.where(None if cp is None else cp > 1, screen.text_in(col, "cp_kind", ("ring", "ulysses", "hybrid"))),
+        screen.where(None if cp is None else cp > 1, None if zero is None else zero == 0),
         screen.text_in(col, "dtype", ("fp16", "mxfp8", "nvfp4")),          # bf16 / fp32 / float8 rowwise
         screen.where(None if zero is None else zero == 0, None if dp is None else dp > 1,   # DDP: no TP or PP
                      None if tp is None or pp is None else (tp > 1) | (pp > 1)),
@@ -180,9 +191,21 @@ def _settings(p: dict) -> dict:
     zero = p["zero_stage"]
     schedule = Schedule(p["schedule"])
     refuse_memory_features(p, RELEASE, supported=("zero_shard_group", "loss_chunk_tokens"))
-    if cp > 1:
-        raise InputError("cp", f"{RELEASE} all-gathers K/V under context parallelism (FlexAttention), not the "
-                         f"{p['cp_kind']} attention the plan prices", "emit megatron, or plan with cp 1")
+    if cp > 1 and p["cp_kind"] != "allgather":
+        raise InputError("cp_kind", f"{RELEASE} all-gathers K/V under context parallelism (FlexAttention: "
+                         f"distributed/context_parallel/api.py), not the {p['cp_kind']} attention the plan prices",
+                         "plan with --stack torchtitan (its context parallelism is allgather) or --fix "
+                         "cp_kind=allgather, or emit megatron")
+    if cp > 1 and zero == 0:
+        raise InputError("zero_stage", f"with context parallelism {RELEASE} shards the model with FSDP over the "
+                         "data_parallel_shard x cp ranks (parallel_dims: fsdp = dp_shard * cp); the plan priced "
+                         "ZeRO-0", "plan with zero_stage >= 1")
+    if cp > 1 and p.get("zero_shard_group"):
+        raise InputError("zero_shard_group", "this export writes hybrid sharding without context parallelism only "
+                         f"({RELEASE} folds the cp ranks into the shard group)", "plan without zero_shard_group")
+    if cp > 1 and p["seq_len"] % (2 * cp):
+        raise InputError("seq_len", f"the head-tail load balancer cuts {p['seq_len']} tokens into 2 x cp = {2 * cp} "
+                         "equal chunks", f"choose a sequence length divisible by {2 * cp}")
     if pp > 1 and schedule not in _SCHEDULES:
         raise InputError("schedule", f"torch.distributed.pipelining has no {schedule.value} schedule (its DualPipeV "
                          "runs one model copy)", "choose gpipe, 1f1b, interleaved, zb-h1 or zb-v")
@@ -255,15 +278,17 @@ def _settings(p: dict) -> dict:
     # the expert mesh is [efsdp, ep] over the FSDP-shard x CP x TP ranks (parallel_dims.build_mesh:
     # efsdp = dp_shard * cp * tp // ep); dp_shard is 1 under DDP (ZeRO 0) and the shard group under HSDP
     shard = 1 if zero == 0 else (p.get("zero_shard_group") or dp)
-    if ep > 1 and (shard * tp) % ep:
-        raise InputError("ep", f"{RELEASE} forms the EP groups inside the FSDP-shard x TP ranks: ep={ep} must "
-                         f"divide data_parallel_shard_degree x tp = {shard} x {tp}",
-                         f"choose ep dividing {shard * tp}" + (" (or a larger ZeRO shard group)" if shard < dp else ""))
+    if ep > 1 and (shard * cp * tp) % ep:
+        within = f"{shard} x {tp}" if cp == 1 else f"{shard} x {cp} x {tp}"
+        raise InputError("ep", f"{RELEASE} forms the EP groups inside the FSDP-shard x {'CP x ' if cp > 1 else ''}"
+                         f"TP ranks: ep={ep} must divide data_parallel_shard_degree x "
+                         f"{'context_parallel_degree x ' if cp > 1 else ''}tp = {within}",
+                         f"choose ep dividing {shard * cp * tp}" + (" (or a larger ZeRO shard group)" if shard < dp else ""))
     if model.mtp_layers and pp > 1:
         raise InputError("pp", f"{RELEASE}'s pipeline split has no place for the MTP modules", "use pp 1")
-    if p["tp"] > 1 and p["seq_len"] % (tp if p["sequence_parallel"] else 1):
-        raise InputError("seq_len", f"sequence parallelism splits {p['seq_len']} tokens over tp={tp}",
-                         "choose a sequence length divisible by tp")
+    if p["tp"] > 1 and (p["seq_len"] // cp) % (tp if p["sequence_parallel"] else 1):
+        raise InputError("seq_len", f"sequence parallelism splits the {p['seq_len'] // cp} tokens of a cp rank "
+                         f"over tp={tp}", "choose a sequence length divisible by cp x tp")
     return {"entry": entry, "model": model, "parts": _model_parts(p, model, schedule) if pp > 1 else None,
             "loss": loss_settings(p, model)}
 
@@ -290,12 +315,13 @@ def loss_settings(p: dict, model: ModelSpec) -> dict:
     the priced chunk is ``num_chunks = B x L / loss_chunk_tokens``, which must be a whole number
     dividing ``L``. ``B`` is the micro-batch (``local_batch_size`` without a pipeline,
     ``pipeline_parallel_microbatch_size`` with one, whose schedule calls the loss per
-    micro-batch); context parallelism is refused before this, so ``L`` is the sequence length.
+    micro-batch) and ``L`` the cp rank's ``seq_len / cp`` positions (the loss runs on the local
+    shard of the sequence under context parallelism).
     A chunk as large as the micro-batch was priced as the whole logits, which the unchunked
     ``CrossEntropyLoss`` runs. ``MTPLoss`` (torchtitan/models/deepseek_v3/mtp.py at 0.3.0) takes
     the main and every MTP module's full logits at once: unchunked only."""
     chunk_tokens = int(p.get("loss_chunk_tokens") or 0)
-    seq_len, micro_batch = int(p["seq_len"]), int(p["micro_batch"])
+    seq_len, micro_batch = int(p["seq_len"]) // int(p.get("cp") or 1), int(p["micro_batch"])
     tokens = micro_batch * seq_len
     chunked = 0 < chunk_tokens < tokens
     if model.mtp_layers:
@@ -356,9 +382,12 @@ def _values(p: dict, s: dict) -> dict:
         "tensor_parallel_degree": tp,
         "enable_sequence_parallel": bool(p["sequence_parallel"]),
         "pipeline_parallel_degree": pp,
-        "context_parallel_degree": 1,
+        "context_parallel_degree": p["cp"],
         "expert_parallel_degree": ep,
     }
+    if p["cp"] > 1:
+        # rank i holds chunks i and 2cp-1-i (0.3.0's default, written as the plan's load balancing)
+        par["context_parallel_load_balancer"] = "headtail"
     if zero >= 1:
         # a ZeRO-3 plan priced as gathering each stage once a step under the pipeline
         # (``zero3_once_per_step``) keeps the parameters after the forward, as torchtitan's
