@@ -139,3 +139,18 @@ def test_a_ulysses_search_keeps_only_cp_that_splits_a_tp_ranks_heads():
     cps = set(result.plans["cp"].astype(int))
     assert 16 not in cps and cps <= {1, 2, 4, 8} and cps & {2, 4, 8}
     assert result.software[result.dtypes[0]]["cp_kind"] == "ulysses"
+
+
+def test_plot_leaves_the_flavour_to_the_stack_unless_given():
+    # plot's --cp-kind defaulted to ring, so a torchtitan breakdown at cp > 1 priced the ring
+    # (and the plans kind handed cp_kind to the planner as a field it did not search)
+    from paraplan.commands import plot
+    option = next(p for p in plot.command.params if p.name == "cp_kind")
+    assert option.default is None
+    opts = dict(model="llama3-8b", cluster="dgx-h100", gpus=16, gpu=None, seq_len=32768, dp=None, tp=2, pp=None,
+                cp=4, ep=None, vpp=None, micro_batch=None, global_batch=8, global_batch_tokens=None, zero=3,
+                recompute=None, sequence_parallel=None, dtype=None, schedule=None, cp_kind=None, stack="torchtitan")
+    base = plot._base(opts, "breakdown")
+    assert "cp_kind" not in base
+    row = api.simulate(**base)
+    assert row["cp_kind"].iloc[0] == "allgather"

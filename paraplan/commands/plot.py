@@ -130,8 +130,9 @@ def check_log_axis_values(kind: str, field: str, text: str, values: list) -> Non
 @click.option("--dtype", type=click.Choice(list(KNOWN_DTYPES)), default=None,
               help="GEMM dtype [default: the GPU's 16-bit type, bf16 (fp16 on V100)].")
 @click.option("--schedule", type=click.Choice([s.value for s in Schedule]), help="Pipeline schedule.")
-@click.option("--cp-kind", type=click.Choice([k.value for k in CPKind]), default="ring", show_default=True,
-              help="Context-parallel flavour.")
+@click.option("--cp-kind", type=click.Choice([k.value for k in CPKind]), default=None,
+              help="Context-parallel flavour (default: the --stack's context_parallel_kind at cp > 1, as in "
+                   "`paraplan simulate`).")
 @click.option("--stack", default="megatron-core", show_default=True, metavar="NAME|FILE",
               help=STACK_HELP + " whose documented behaviour the runs have, as in `paraplan simulate` "
                    "(and every plan runs, with --best or pareto).")
