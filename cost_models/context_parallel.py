@@ -23,9 +23,29 @@ attention core needs every earlier token's keys and values. Three flavours:
   key and value (K, V) tensors, and then compute attention output for the local query (Q)
   tensor chunk", with the same 2 x CP load-balanced chunks, "the all-gather communication
   latency is exposed in the critical path"; Transformer Engine ``cp_comm_type="all_gather"``,
-  ``AttnFuncWithCPAndKVAllGather``: backward all-gathers K/V again and reduce-scatters dK/dV).
-  One all-gather of ``cp`` ranks' K/V blocks forward, the all-gather plus the dK/dV
-  reduce-scatter backward, exposed; one attention call per pass, no partial-output merges.
+  ``AttnFuncWithCPAndKVAllGather``). One all-gather of ``cp`` ranks' K/V blocks forward, the dK/dV
+  reduce-scatter backward, exposed; one attention call per pass, no partial-output merges. What
+  backward has of the K/V depends on the implementation (``saves_kv``):
+
+  - *regather*: autograd saved only the local K/V and backward all-gathers them again.
+    NVIDIA/TransformerEngine@v2.9 (70f536662a)
+    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py:2693-2694
+    forward ``gather_along_first_dim(k / v, cp_group)``, :2837-2840 ``ctx.save_for_backward(q, k,
+    v, ...)`` the local chunks, :2901-2902 backward gathers again, :3061-3062 reduce-scatters dK /
+    dV. PyTorch's SDPA context_parallel (torchtitan 0.2, ``rotate_method`` allgather) likewise: the
+    all-gather runs inside the SDPA op's DTensor handler, so autograd saves the op's local inputs
+    and ``_templated_ring_attention_backward`` builds a new all-gather rotater (pytorch/pytorch@
+    09b101c59a torch/distributed/tensor/experimental/_context_parallel/_attention.py).
+  - *saved*: the gather is an autograd op of its own before the attention, so the attention saves
+    its gathered K/V inputs (``cp`` x the local chunk, per layer until its backward) and the
+    gather's backward is only the reduce-scatter: pytorch/pytorch@222ec71c89
+    torch/distributed/tensor/experimental/_context_parallel/_cp_custom_ops.py:8-20
+    ``flex_cp_allgather`` (all_gather_tensor of k and v), :36-50 its backward
+    ``flex_cp_allgather_backward`` (reduce_scatter_tensor only; ``_flex_cp_setup_context`` saves no
+    tensor); torchtitan 0.3
+    (pytorch/torchtitan@56e7b652cf torchtitan/distributed/context_parallel/api.py:73-74
+    ``global_k, global_v = flex_cp_allgather(k, v, 1, pg_name)`` then FlexAttention on them).
+    A layer recomputed in full drops them and gathers again in its recomputed forward.
 
 The CP group's members are ``tp`` ranks apart (rank order tp-cp-dp-pp). Activation memory of
 long sequences is ``memory.activation_bytes_per_layer`` with seq/cp; ``cp_buffer_bytes`` gives
@@ -167,7 +187,7 @@ def allgather_kv_bytes(step_bytes, cp):
     return _f(cp) * _f(step_bytes)
 
 
-def allgather_attention_time_s(step_bytes, cp, tp, cluster: ClusterSpec, eff: EfficiencyModel):
+def allgather_attention_time_s(step_bytes, cp, tp, cluster: ClusterSpec, eff: EfficiencyModel, saves_kv=False):
     """(forward, backward) seconds of all-gather CP's collectives for one layer, all exposed
     (Llama 3 paper, section 3.3.2: "the all-gather communication latency is exposed in the
     critical path").
@@ -176,20 +196,30 @@ def allgather_attention_time_s(step_bytes, cp, tp, cluster: ClusterSpec, eff: Ef
     ``(cp - 1) / cp`` of it once: ``cost_models.collectives.all_gather_time_s``) over the CP
     group, ``cp`` members ``tp`` ranks apart. Backward: that all-gather again plus the
     reduce-scatter of the gathered-size dK/dV (Transformer Engine ``AttnFuncWithCPAndKVAllGather``
-    backward), in the same dtype.
+    backward), in the same dtype. ``saves_kv`` (per row): the forward's gathered K/V were kept for
+    backward, which then only reduce-scatters (the module docstring's *saved*).
     """
     full = allgather_kv_bytes(step_bytes, cp)
     ag = group_collective_time_s("all_gather", full, cp, tp, cluster, eff)
     rs = group_collective_time_s("reduce_scatter", full, cp, tp, cluster, eff)
-    return ag, ag + rs
+    return ag, rs + np.where(np.asarray(saves_kv, dtype=bool), 0.0, ag)
 
 
-def allgather_buffer_bytes(step_bytes, cp):
+def allgather_saved_kv_bytes(step_bytes, cp, saves_kv):
+    """Bytes of gathered K/V one layer keeps from its forward to its backward on one GPU: the
+    all-gather's output, ``allgather_kv_bytes``, where the implementation saves it (``saves_kv``,
+    the module docstring's *saved*), else 0. Per layer in flight, beside
+    ``memory.activation_bytes_per_layer``; none for a layer recomputed in full."""
+    return np.where(np.asarray(saves_kv, dtype=bool), allgather_kv_bytes(step_bytes, cp), 0.0)
+
+
+def allgather_buffer_bytes(step_bytes, cp, saves_kv=False):
     """Transient bytes all-gather CP holds on one GPU at its peak, one layer at a time: in
     backward the gathered K/V and the gathered-size dK/dV before its reduce-scatter,
-    ``2 * allgather_kv_bytes`` (forward holds the gathered K/V only, half that). Nothing
-    gathered is kept between layers (backward gathers again)."""
-    return 2.0 * allgather_kv_bytes(step_bytes, cp)
+    ``2 * allgather_kv_bytes`` (forward holds the gathered K/V only, half that), when backward
+    gathers again. Where the gathered K/V are saved (``saves_kv``) they are the layer's
+    activation (``allgather_saved_kv_bytes``) and the transient is the dK/dV alone."""
+    return np.where(np.asarray(saves_kv, dtype=bool), 1.0, 2.0) * allgather_kv_bytes(step_bytes, cp)
 
 
 # ---- hybrid and dispatch ------------------------------------------------------------------------
@@ -225,7 +255,8 @@ def ring_attention_compute_s(tokens_local, heads_local, v_dim, ring_size, rates)
 
 
 def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fwd_s, core_bwd_s,
-                           cluster: ClusterSpec, eff: EfficiencyModel, bytes_per_element=2, rates=None):
+                           cluster: ClusterSpec, eff: EfficiencyModel, bytes_per_element=2, rates=None,
+                           allgather_saves_kv=False):
     """Communication of one layer's attention under CP flavour ``kind``, seconds and bytes.
 
     ``kind``: "ring", "ulysses", "hybrid", "allgather" or an array of ``CP_KIND_CODES``. Returns a
@@ -233,7 +264,9 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
     ``ulysses_bytes``, ``allgather_bytes`` (see ``ring_attention_comm_bytes``,
     ``ulysses_comm_bytes``, ``allgather_kv_bytes``), and with
     ``rates`` the ring's extra compute ``fwd_compute_s`` / ``bwd_compute_s``
-    (``ring_attention_compute_s``). All zero at cp = 1.
+    (``ring_attention_compute_s``), and ``allgather_recompute_s``: the K/V all-gather a layer
+    recomputed in full runs again in its recomputed forward where the gathered K/V are saved
+    (``allgather_saves_kv``; the regathering backward already counts it). All zero at cp = 1.
     """
     code = _f(CP_KIND_CODES[kind] if isinstance(kind, str) else kind)
     cp, tp = _f(cp), _f(tp)
@@ -249,9 +282,10 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
     has_allgather = bool(np.any(code == 3))
     if has_allgather:
         ag_bytes = allgather_kv_bytes(step, cp)
-        ag_f, ag_b = allgather_attention_time_s(step, cp, tp, cluster, eff)
+        ag_f, ag_b = allgather_attention_time_s(step, cp, tp, cluster, eff, allgather_saves_kv)
+        ag_r = np.where(np.asarray(allgather_saves_kv, dtype=bool), ag_f, 0.0)
     else:
-        ag_bytes = ag_f = ag_b = unused
+        ag_bytes = ag_f = ag_b = ag_r = unused
     if has_ulysses:
         uly_bytes = ulysses_comm_bytes(tokens_local, a, g, dk, tp, cp, bytes_per_element, dv)
         uly_f, uly_b = ulysses_time_s(uly_bytes, cp, tp, cluster, eff)
@@ -299,6 +333,7 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
         "ring_step_bytes": pick(step, 0.0 * step, h_step),
         "ulysses_bytes": pick(0.0 * uly_bytes, uly_bytes, h_uly_bytes),
         "allgather_bytes": pick(0.0 * step, 0.0 * step, 0.0 * step, ag_bytes),
+        "allgather_recompute_s": pick(0.0 * step, 0.0 * step, 0.0 * step, ag_r),
     }
 
 

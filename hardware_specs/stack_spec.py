@@ -53,6 +53,13 @@ ZERO3_UNDER_PIPELINE = ("per_microbatch", "once_per_step")
 #: ``allgather`` = every rank all-gathers the CP group's K/V before attention (``all_gather``;
 #: torchtitan's CP wrapper, Llama 3's CP).
 CP_KINDS = ("ring", "ulysses", "hybrid", "allgather")
+#: what all-gather CP's backward does for K/V (``TrainingBehaviour.cp_allgather_backward``):
+#: ``regather`` = autograd saved only the local K/V chunk and backward all-gathers them again
+#: (Transformer Engine ``AttnFuncWithCPAndKVAllGather``; PyTorch's SDPA context_parallel, torchtitan
+#: 0.2); ``saved`` = autograd saved the gathered K/V (cp x the local chunk, kept per layer until its
+#: backward) and backward only reduce-scatters dK/dV (PyTorch ``flex_cp_allgather`` feeding
+#: FlexAttention, torchtitan 0.3)
+CP_ALLGATHER_BACKWARD = ("regather", "saved")
 #: FP8 scaling recipes (Transformer Engine names; ``none`` = the stack has no FP8 path).
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4", "none")
 #: what dtype a training stack keeps its gradient buffer (the gradients a backward accumulates
@@ -380,6 +387,12 @@ class TrainingBehaviour:
             (``allgather``). ``paraplan simulate`` without ``--cp-kind``, the API's ``simulate``
             without ``cp_kind`` and ``paraplan plan`` without ``--fix cp_kind`` run it
             (``simulator.stack_defaults.stack_cp_kind``); read only where cp > 1. Default ``ring``.
+        cp_allgather_backward: what the release's all-gather CP keeps for backward, one of
+            ``CP_ALLGATHER_BACKWARD``: ``regather`` (the local K/V; backward all-gathers them
+            again, then reduce-scatters dK/dV) or ``saved`` (the gathered K/V, ``cp`` x the local
+            chunk, an activation of every layer in flight; backward only reduce-scatters; a layer
+            recomputed in full gathers again in its recomputed forward). Read only where
+            ``cp_kind`` is ``allgather`` and cp > 1. Default ``regather``.
         cross_entropy: the language-model loss implementation, one of ``CROSS_ENTROPY_IMPLS``
             (Megatron ``--cross-entropy-loss-fusion`` and ``--cross-entropy-fusion-impl``,
             Megatron-Bridge ``model.cross_entropy_loss_fusion`` / ``cross_entropy_fusion_impl``);
@@ -432,6 +445,7 @@ class TrainingBehaviour:
     zero3_master_params: bool = False
     cross_entropy: str = "megatron_unfused"
     context_parallel_kind: str = "ring"
+    cp_allgather_backward: str = "regather"
     selective_checkpoint: str = "core_attn"
     recipe_recompute: str = "none"
     moe_probs_in_expert: bool = False
@@ -466,6 +480,9 @@ class TrainingBehaviour:
         if self.context_parallel_kind not in CP_KINDS:
             raise InputError("training.context_parallel_kind", f"unknown flavour {self.context_parallel_kind!r}",
                              "choose one of " + ", ".join(CP_KINDS))
+        if self.cp_allgather_backward not in CP_ALLGATHER_BACKWARD:
+            raise InputError("training.cp_allgather_backward", f"unknown value {self.cp_allgather_backward!r}",
+                             "choose one of " + ", ".join(CP_ALLGATHER_BACKWARD))
         if self.cross_entropy not in CROSS_ENTROPY_IMPLS:
             raise InputError("training.cross_entropy", f"unknown implementation {self.cross_entropy!r}",
                              "choose one of " + ", ".join(CROSS_ENTROPY_IMPLS))

@@ -125,6 +125,7 @@ class ConfigBatch:
     zero3_once_per_step: np.ndarray = None
     zero2_grad_last_microbatch: np.ndarray = None
     zero2_gather_every_microbatch: np.ndarray = None
+    cp_allgather_saves_kv: np.ndarray = None
     kv_head_replication: np.ndarray = None    # bool, the stack's: read by no cost, kept for row()
     pipeline_p2p_overlap: np.ndarray = None
     pipeline_scatter_gather: np.ndarray = None
@@ -229,6 +230,7 @@ class ConfigBatch:
             stack_lacks=col("stack_lacks", lacks_mask),
             zero2_grad_last_microbatch=col("zero2_grad_last_microbatch", bool, bool),
             zero2_gather_every_microbatch=col("zero2_gather_every_microbatch", bool, bool),
+            cp_allgather_saves_kv=col("cp_allgather_saves_kv", bool, bool),
             grouped_gemm_streams=col("grouped_gemm_streams"),
             dtype=dtypes.pop(),
         )
@@ -305,6 +307,7 @@ class ConfigBatch:
             stack_lacks=lacks_names(self.stack_lacks[i]),
             zero2_grad_last_microbatch=bool(self.zero2_grad_last_microbatch[i]),
             zero2_gather_every_microbatch=bool(self.zero2_gather_every_microbatch[i]),
+            cp_allgather_saves_kv=bool(self.cp_allgather_saves_kv[i]),
             grouped_gemm_streams=int(self.grouped_gemm_streams[i]),
         )
 
@@ -317,6 +320,6 @@ _NEW_COLUMNS = {"recompute_num_layers": 0, "recompute_method": 0, "recompute_lay
                 "zero3_master_params": False,
                 "grouped_gemm_streams": 1, "moe_probs_in_expert": False,
                 "zero3_once_per_step": False, "kv_head_replication": False,
-                "zero2_grad_last_microbatch": False, "zero2_gather_every_microbatch": False,
+                "zero2_grad_last_microbatch": False, "zero2_gather_every_microbatch": False, "cp_allgather_saves_kv": False,
                 "stack_lacks": 0, "pipeline_p2p_overlap": False,
                 "pipeline_scatter_gather": False}

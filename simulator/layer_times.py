@@ -106,7 +106,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                 ep_dispatch_dedup=False, fp8_current_scaling=False, attention_unpad=False,
                 glu_clamp_eager=False, grouped_gemm_streams=1, cross_entropy="megatron_unfused",
                 softmax_scale_pass=True, selective_modules=memory.SELECTIVE_DEFAULT, unfused_block_ops=False,
-                yarn_rope_eager=False) -> dict:
+                yarn_rope_eager=False, cp_allgather_saves_kv=False) -> dict:
     """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
     module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
     (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,
@@ -221,12 +221,13 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             continue
         if np.any(np.asarray(cp) > 1):
             cpc = context_parallel.context_parallel_costs(model, cp_kind, tokens, cp, tp, mixer["core_fwd_s"],
-                                                          mixer["core_bwd_s"], cluster, eff, rates=rates)
+                                                          mixer["core_bwd_s"], cluster, eff, rates=rates,
+                                                          allgather_saves_kv=cp_allgather_saves_kv)
             # the ring runs the attention core as cp block calls and merges the partial outputs
             attn[kind] = dict(mixer, core_fwd_s=mixer["core_fwd_s"] + cpc["fwd_compute_s"],
                               core_bwd_s=mixer["core_bwd_s"] + cpc["bwd_compute_s"])
         else:
-            cpc = {"fwd_exposed_s": 0.0 * tokens, "bwd_exposed_s": 0.0 * tokens}
+            cpc = {"fwd_exposed_s": 0.0 * tokens, "bwd_exposed_s": 0.0 * tokens, "allgather_recompute_s": 0.0 * tokens}
         cpcs[kind] = cpc
 
     mods = memory.effective_modules(rc, modules, selective_modules)
@@ -380,7 +381,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             fwd, bwd = fwd + host_f, bwd + host_b
             rec_full, sel = rec_full + host_r, sel + host_sel
         full = rc == 2
-        r_full = rec_full + tpr_full + epr_full
+        # all-gather CP that saved the gathered K/V gathers again in a fully recomputed forward
+        cpr_full = cpc["allgather_recompute_s"]
+        r_full = rec_full + tpr_full + epr_full + cpr_full
         r_kind = np.where(full, r_full, sel)
         out.update({
             f"f_{kind}": fwd + tpf + cpc["fwd_exposed_s"] + epf,
@@ -395,7 +398,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             f"recompute_{kind}": np.where(full, rec_full, sel), f"recompute_full_{kind}": rec_full,
             f"recompute_sel_{kind}": sel + 0.0 * tokens,
             f"tp_exposed_{kind}": tpf + tpb + np.where(full, tpr_full, 0.0), f"tp_base_{kind}": tpf + tpb,
-            f"tp_recompute_{kind}": tpr_full, f"cp_exposed_{kind}": cpc["fwd_exposed_s"] + cpc["bwd_exposed_s"],
+            f"tp_recompute_{kind}": tpr_full, f"cp_exposed_{kind}": cpc["fwd_exposed_s"] + cpc["bwd_exposed_s"]
+            + np.where(full, cpr_full, 0.0),
             f"ep_exposed_{kind}": epf + epb + np.where(full, epr_full, 0.0), f"ep_base_{kind}": epf + epb,
             f"ep_recompute_{kind}": epr_full + 0.0 * tokens, f"ep_total_{kind}": ep_total,
             # the whole dispatch + combine of each pass, hidden or not (what it keeps the links busy)

@@ -91,7 +91,7 @@ BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather
                "zero3_grad_all_reduce", "zero1_grad_all_reduce", "fp8_param_gather", "zero3_master_params",
                "moe_probs_in_expert",
                "zero3_once_per_step", "kv_head_replication", "zero2_grad_last_microbatch",
-               "zero2_gather_every_microbatch")
+               "zero2_gather_every_microbatch", "cp_allgather_saves_kv")
 #: non-negative integer fields (0 = not set)
 LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "recompute_layers_decrement",
                  "offload_activation_layers", "zero_shard_group", "loss_chunk_tokens")
@@ -216,6 +216,11 @@ class ParallelConfig:
             Megatron-FSDP ``optim_grads``). Set by the stack (``TrainingBehaviour.
             zero2_gather_every_microbatch``); not read where the stack gathers once a step under a
             pipeline (``zero3_once_per_step``) or prices ZeRO-2 as ZeRO-1.
+        cp_allgather_saves_kv: all-gather CP (``cp_kind`` allgather, cp > 1) keeps the gathered K/V
+            for backward (``cp`` x the local K/V, an activation of every layer in flight; backward
+            only reduce-scatters dK/dV; a layer recomputed in full re-gathers in its recomputed
+            forward); off = backward all-gathers K/V again from the saved local chunk. Set by the
+            stack (``TrainingBehaviour.cp_allgather_backward`` ``saved``).
         zero3_once_per_step: with pipeline parallelism (pp > 1) ZeRO-3 gathers each stage's
             parameters once a step, at the stage's first forward, keeps them whole, accumulates
             whole gradients and reduce-scatters them once after the stage's last backward
@@ -426,6 +431,7 @@ class ParallelConfig:
     zero3_once_per_step: bool = False
     zero2_grad_last_microbatch: bool = False
     zero2_gather_every_microbatch: bool = False
+    cp_allgather_saves_kv: bool = False
     recompute_num_layers: int = 0
     recompute_method: RecomputeMethod = RecomputeMethod.BLOCK
     recompute_layers_decrement: int = 0

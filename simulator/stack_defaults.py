@@ -19,7 +19,7 @@ STACK_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_byte
                 "zero3_grad_all_reduce", "zero1_grad_all_reduce", "grad_buffer_bytes", "fp8_param_gather",
                 "zero3_master_params",
                 "selective_modules", "moe_probs_in_expert", "zero3_once_per_step", "kv_head_replication",
-                "zero2_grad_last_microbatch", "zero2_gather_every_microbatch", "stack_lacks")
+                "zero2_grad_last_microbatch", "zero2_gather_every_microbatch", "cp_allgather_saves_kv", "stack_lacks")
 #: dtypes whose gradients a stack reduces as bf16 ones (FP8 recipes keep bf16 parameters)
 _BF16_LIKE = ("bf16", "fp8", "mxfp8", "nvfp4")
 #: dtypes whose weights Megatron's ``--fp8-param-gather`` keeps as FP8 tensors only
@@ -101,6 +101,7 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
         "kv_head_replication": t.kv_head_replication,
         "zero2_grad_last_microbatch": t.zero2_grad_reduce == "last_microbatch",
         "zero2_gather_every_microbatch": t.zero2_gather_every_microbatch,
+        "cp_allgather_saves_kv": t.cp_allgather_backward == "saved",
         "stack_lacks": t.lacks,
     }
 

@@ -53,12 +53,20 @@ def stage_context(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, 
     act = once_per_run(batch, layer_key_fields, fn, *args) if once_per_run else fn(*args)
     act = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in act.items()}
     # all-gather context parallelism holds one layer's gathered K/V (and in backward its
-    # gathered-size dK/dV) at a time: a transient of the computing layer, in ``activations_bytes``
+    # gathered-size dK/dV) at a time: a transient of the computing layer, in ``activations_bytes``;
+    # where the implementation saves the gathered K/V for backward they are an activation of every
+    # layer not recomputed in full (``kept_*``, ``host_*``) and the transient is the dK/dV alone
     gathers = (np.asarray(batch.cp_kind) == CP_KIND_CODES[CPKind.ALLGATHER]) & (cp > 1)
     gather = np.zeros(n)
     if np.any(gathers):
         step = context_parallel.ring_attention_step_bytes(model, mbs * float(model.seq_len) / cp, tp)
-        gather = np.where(gathers, context_parallel.allgather_buffer_bytes(step, cp), 0.0) + gather
+        saves = np.broadcast_to(np.asarray(batch.cp_allgather_saves_kv, dtype=bool), (n,))
+        gather = np.where(gathers, context_parallel.allgather_buffer_bytes(step, cp, saves), 0.0) + gather
+        kept = np.where(gathers, context_parallel.allgather_saved_kv_bytes(step, cp, saves), 0.0)
+        if np.any(kept > 0):
+            # (``full_*``: a layer recomputed in full gathers them again and its attention keeps them)
+            for k in ("kept_dense", "kept_moe", "host_dense", "host_moe", "full_dense", "full_moe"):
+                act[k] = act[k] + kept
     act["cp_gather"] = gather
     per_row = {k: v for k, v in terms.items() if k not in ("edp", "low_precision", "full_precision", "copy_bytes")}
     return StageContext(model, terms["low_precision"], terms["full_precision"], terms["copy_bytes"], per_row, act,

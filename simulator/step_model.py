@@ -129,7 +129,7 @@ LAYER_KEY_FIELDS = ("tp", "cp", "micro_batch", "sequence_parallel", "recompute",
                     "ep_comm_overlap", "tp_backward_overlap", "softmax_fusion", "cuda_graphs", "recompute_modules",
                     "ep_dispatch_dedup", "fp8_current_scaling", "attention_unpad", "glu_clamp_eager",
                     "grouped_gemm_streams", "cross_entropy", "softmax_scale_pass", "selective_modules",
-                    "unfused_block_ops", "moe_probs_in_expert", "yarn_rope_eager")
+                    "unfused_block_ops", "moe_probs_in_expert", "yarn_rope_eager", "cp_allgather_saves_kv")
 
 
 def _degrees(batch: ConfigBatch):
@@ -950,7 +950,7 @@ def _layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, r
                          batch.recompute_modules, batch.ep_dispatch_dedup, batch.fp8_current_scaling,
                          batch.attention_unpad, batch.glu_clamp_eager, batch.grouped_gemm_streams,
                          batch.cross_entropy, batch.softmax_scale_pass, batch.selective_modules,
-                         batch.unfused_block_ops, batch.yarn_rope_eager)
+                         batch.unfused_block_ops, batch.yarn_rope_eager, batch.cp_allgather_saves_kv)
 
 
 def _optimizer_offload_s(cluster: ClusterSpec, batch: ConfigBatch, params_offloaded, grad_window_s,
