@@ -8,7 +8,7 @@ from paraplan.validation.flops_conventions import palm_6n_attn
 
 #: what each MFU counts, one line each (``paraplan simulate`` prints them under its table)
 MFU_NOTES = ("mfu counts causal attention at half, s/2 keys a query (Megatron-Core's model FLOPs)",
-             "mfu_palm counts 6N + 12 L h s a token, the full sequence (PaLM appendix B; Llama 3's Table 4)")
+             "mfu_palm counts 6N + 12 L H Q T a token, H heads x Q head dim over the full sequence T (PaLM appendix B; Llama 3's Table 4)")
 
 
 def mfu_pct_columns(df: pd.DataFrame, gpu: GPUSpec) -> pd.DataFrame:
@@ -27,9 +27,9 @@ def mfu_pct_columns(df: pd.DataFrame, gpu: GPUSpec) -> pd.DataFrame:
 def palm_columns(report, model, gpu: GPUSpec) -> dict:
     """``palm_tflops_per_gpu`` and ``mfu_palm_bf16_pct`` (``mfu_column(gpu, "mfu_palm")``) of a
     simulated step: its model FLOPs in PaLM's convention (Chowdhery et al. 2022, "PaLM", arXiv
-    2204.02311, appendix B: 6 N + 12 L h s a token, attention over the full sequence s, as the
-    Llama 3 paper's Table 4 MFU cites it; ``flops_conventions.palm_6n_attn``) over the step
-    time and GPUs, TFLOP/s, and as percent of the reference peak. ``model`` is the simulated one
+    2204.02311, appendix B: 6 N + 12 L H Q T a token, H heads of width Q, attention over the
+    full sequence T, as the Llama 3 paper's Table 4 MFU cites it;
+    ``flops_conventions.palm_6n_attn``) over the step time and GPUs, TFLOP/s, and as percent of the reference peak. ``model`` is the simulated one
     (its ``seq_len``); the step's sequences are ``report.tokens_per_step / seq_len``."""
     flops = palm_6n_attn(model, report.tokens_per_step / model.seq_len)
     dtype = report.config["dtype"]

@@ -1,7 +1,7 @@
 """``paraplan simulate`` in PaLM's FLOP convention, and Meta's Llama 3.1 405B runs (Llama 3
 paper, arXiv 2407.21783, section 3.3.2 and Table 4), none of which is a validation-file row.
 
-Table 4 (BF16 MFU "Chowdhery et al. (2023)": PaLM's 6N + 12 L h s a token, the full sequence):
+Table 4 (BF16 MFU "Chowdhery et al. (2023)": PaLM's 6N + 12 L H Q T a token, the full sequence):
 8,192 H100 TP8 PP16 DP64 seq 8,192: 430 TFLOP/s a GPU; 16,384 H100 TP8 PP16 DP128 seq 8,192:
 400; 16,384 H100 TP8 CP16 PP16 DP8 seq 131,072: 380; 16M tokens a batch. The CP run all-gathers
 K/V (section 3.3.2), ``--cp-kind allgather``.
@@ -44,12 +44,42 @@ def test_palm_flops_are_6n_plus_12_l_h_s_a_token():
     assert d["mfu_palm_bf16_pct"] > d["mfu_bf16_pct"]
 
 
+
+def test_palm_attention_term_counts_heads_times_head_dim_not_hidden():
+    # PaLM appendix B: 12 L H Q T, H heads x Q head dimension. Qwen3-32B (config.json): 64 layers,
+    # hidden 5120, 64 heads of 128 (H Q = 8192, not 5120), 8 KV heads, MLP 25600, vocab 151936
+    # untied. N by hand: a layer q 5120 x 8192, k and v 2 x 5120 x 1024, o 8192 x 5120, MLP
+    # 3 x 5120 x 25600, norms 2 x 5120, q/k norms 2 x 128: 487,598,336; x 64 = 31,206,293,504,
+    # plus the final norm 5120 and the LM head 5120 x 151936: N = 31,984,210,944 (the q/k norms'
+    # 16,384 weights are 2.5e-7 of a token's FLOPs, within the tolerance either way).
+    per_token = 6 * 31_984_210_944 + 12 * 64 * 64 * 128 * 32768
+    d = simulate_json("-m", "qwen3-32b", "-c", "dgx-h100", "-n", 64, "--tp", 8, "--cp", 4, "--seq-len", 32768,
+                      "--global-batch", 16, "--recompute", "full")
+    flops = d["palm_tflops_per_gpu"] * 1e12 * d["step_time_s"] * d["n_gpus"]
+    assert flops == pytest.approx(per_token * d["tokens_per_step"], rel=1e-6)
+    peak = load_cluster("dgx-h100").gpu.peak_flops("bf16")
+    assert d["mfu_palm_bf16_pct"] == pytest.approx(
+        100 * per_token * d["tokens_per_step"] / d["step_time_s"] / d["n_gpus"] / peak, rel=1e-6)
+
+
+def test_palm_attention_term_of_mla_uses_the_qk_and_v_head_widths():
+    # multi-latent attention: Q.K^T is (qk_nope + qk_rope) wide a head, A.V v_head_dim wide, so
+    # PaLM's two attention matmuls are 2 x 2 H (d_qk + d_v) T a token forward, x 3 with backward
+    from cost_models.params import embedding_params, total_params
+    from model_specs.catalog import load_model
+    from paraplan.validation.flops_conventions import palm_6n_attn
+    m = load_model("deepseek-v3").with_seq_len(4096)
+    assert (m.mla.qk_nope_head_dim, m.mla.qk_rope_head_dim, m.mla.v_head_dim, m.num_heads) == (128, 64, 128, 128)
+    N = total_params(m, active=True) - (0 if m.tied_embeddings else embedding_params(m))
+    attn = palm_6n_attn(m, 1.0) / 4096 - 6 * N
+    assert attn == pytest.approx(6 * m.num_layers * 128 * (128 + 64 + 128) * 4096, rel=1e-12)
+
 def test_simulate_text_shows_both_mfus_and_what_each_counts():
     r = CliRunner().invoke(main, ["simulate", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "8", "--tp", "8",
                                   "--global-batch", "8"])
     assert r.exit_code == 0, r.output
     assert "mfu_bf16_pct" in r.stdout and "mfu_palm_bf16_pct" in r.stdout and "palm_tflops_per_gpu" in r.stdout
-    assert "causal attention at half" in r.stdout and "6N + 12 L h s" in r.stdout
+    assert "causal attention at half" in r.stdout and "6N + 12 L H Q T" in r.stdout
 
 
 def _table4(gpus, seq, cp=1, kind="ring"):

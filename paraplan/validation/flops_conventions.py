@@ -114,7 +114,14 @@ def megatron_core_model_causal(m: ModelSpec, B: float) -> float:
 
 
 def palm_6n_attn(m: ModelSpec, B: float) -> float:
-    """PaLM appendix B: per token 6 N + 12 l h s, N the parameters that take part in matmuls.
+    """PaLM appendix B (Chowdhery et al. 2022, arXiv 2204.02311): per token 6 N + 12 L H Q T,
+    N the parameters that take part in matmuls, L layers, H attention heads, Q the head
+    dimension, T the sequence length: the Q.K^T and A.V matmuls, 2 x 2 H Q T FLOPs a token
+    forward, x 3 with backward, over the full sequence. H Q is ``num_heads x head_dim``, not
+    ``hidden_size`` (Qwen3-32B: 64 x 128 = 8192 against hidden 5120). With multi-latent
+    attention the two matmuls have different widths: Q.K^T ``head_dim`` (= qk_nope + qk_rope)
+    and A.V ``mla.v_head_dim`` a head, so the term is 6 L H (head_dim + v_head_dim) T, which is
+    12 L H Q T when the two are equal.
 
     The input embedding is a table lookup, not a matmul, so an untied input table is not in
     N; a tied one is, once, as the output layer's matrix. (The validation README notes that
@@ -123,7 +130,9 @@ def palm_6n_attn(m: ModelSpec, B: float) -> float:
     counted as well.)
     """
     N = total_params(m, active=True) - (0 if m.tied_embeddings else embedding_params(m))
-    return B * m.seq_len * (6.0 * N + 12.0 * m.num_layers * m.hidden_size * m.seq_len)
+    v_head_dim = m.mla.v_head_dim if m.mla is not None else m.head_dim
+    attn = 6.0 * m.num_layers * m.num_heads * (m.head_dim + v_head_dim) * m.seq_len
+    return B * m.seq_len * (6.0 * N + attn)
 
 
 CONVENTIONS = {
