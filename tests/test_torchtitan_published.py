@@ -77,3 +77,38 @@ def test_torchtitan_compile_float8_llama31_8b_on_h200_within_its_bound(gpus, mea
     report = _run("llama3.1-8b", "hgx-h200", gpus, 2, "selective", stack=TORCHTITAN_COMPILE, dtype="fp8")
     assert abs(report.tokens_per_s_per_gpu / measured - 1.0) <= bound
     assert abs(report.memory_bytes / 2**30 / measured_gib - 1.0) <= 0.11
+
+
+def test_validate_prices_a_torchtitan_cp_row_as_simulate_does(tmp_path):
+    """A cp > 1 row on a torchtitan stack is priced with the stack's context_parallel_kind
+    (all-gather K/V: torchtitan runs torch's SDPA context_parallel), as ``paraplan simulate
+    --stack torchtitan`` prices the same layout, not as Megatron-Core's ring. No shipped row is
+    torchtitan at cp > 1, so the row is a Megatron-Bridge cp 2 row relabelled torchtitan (vocab
+    set to the preset's 128,256, so the model is llama3.1-405b's)."""
+    import json
+
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file
+    from paraplan.validation.published import read_runs, row_inputs, validate_rows
+
+    df = pd.read_csv(validation_file(PUBLISHED_RUNS), dtype=str, keep_default_na=False)
+    row = df[df.id == "MBRIDGE-26.02-LLAMA3.1_405B-DGX-H100-1024g-FP8-tp8pp8cp2epvp8-gbs1536-mbs1"
+                      ":tokens_per_s_per_gpu"].copy()
+    assert len(row) == 1 and row.cp.iloc[0] == "2"
+    row["framework"], row["framework_version"], row["vocab"] = "torchtitan", "", "128256"
+    path = tmp_path / "torchtitan_cp.csv"
+    row.to_csv(path, index=False)
+    inputs = row_inputs(read_runs(path).to_dict("records")[0])
+    assert inputs.stack == "torchtitan" and inputs.config.cp_kind.value == "allgather"
+    predicted = validate_rows(read_runs(path)).predicted.iloc[0]
+    c = inputs.config
+    r = CliRunner().invoke(main, ["simulate", "-m", "llama3.1-405b", "-c", "dgx-h100", "-n", "1024",
+                                  "--tp", str(c.tp), "--pp", str(c.pp), "--cp", str(c.cp), "--vpp", str(c.vpp),
+                                  "--micro-batch", "1", "--global-batch", "1536", "--zero", "0",
+                                  "--recompute", "none", "--sequence-parallel", "--dtype", "fp8",
+                                  "--stack", "torchtitan", "--uneven-layers", "--json"])
+    assert r.exit_code == 0, r.output
+    assert predicted == pytest.approx(json.loads(r.stdout)["tokens_per_s_per_gpu"], rel=1e-6)

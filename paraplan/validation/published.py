@@ -80,7 +80,7 @@ from paraplan.validation.row_model import (NUMERIC_COLUMNS, Skip, _check_family_
                                            _says_without_mtp, _stated_params, _str)
 from paraplan.validation.row_precision import unstated_dtype
 from simulator.parallel_config import ParallelConfig
-from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel, stack_zero_stage
+from simulator.stack_defaults import stack_config_fields, stack_cp_kind, stack_sequence_parallel, stack_zero_stage
 from simulator.stage_layout import chunk_layers
 from simulator.validate_config import check_config
 
@@ -521,10 +521,15 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
         software["kv_head_replication"] = True
         assumptions.append(f"kv heads replicated over tp {tp} ({g} key/value head{'s' if g > 1 else ''}; framework not "
                            f"stated; the default stack {stack.name} would refuse)")
+    # the context-parallel flavour the row's stack runs, as `paraplan simulate --stack` prices it
+    # (torchtitan all-gathers K/V, Megatron-Core's --cp-comm-type defaults to the p2p ring)
+    cp_kind = stack_cp_kind(stack, model.name, gpu, dtype) if cp > 1 else "ring"
+    if cp_kind != "ring":
+        assumptions.append(f"cp_kind={cp_kind} ({stack.name}'s context_parallel_kind)")
     try:
         config = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
                                 zero_stage=zero, recompute=rc, sequence_parallel=sp or (model.moe is not None and tp > 1),
-                                dtype=dtype, uneven_layers=True, **software)
+                                dtype=dtype, uneven_layers=True, cp_kind=cp_kind, **software)
         recipe = [r.source for r in stack.recipes_for(model.name, gpu, dtype)]
         if recipe:
             assumptions.append(f"{stack.name} recipe for this model: " + "; ".join(recipe))
