@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from hardware_specs.errors import InputError, require_plausible, suggest
+from hardware_specs.errors import InputError, suggest
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan import serving_priors
@@ -197,10 +197,9 @@ def _serving_context(model, system, backend, *, backend_version, precision, expe
                              "e.g. 'vllm'" if name == "backend" else "e.g. 'dgx-h100'")
     check_release(backend, backend_version)
     spec = model if isinstance(model, ModelSpec) else load_model(model)
-    cluster = what_if_cluster(system, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s)
-    if hbm_tb_per_s is not None:
-        require_plausible("hbm_tb_per_s", hbm_tb_per_s, 1e-3, 1e3)
-        cluster = cluster.with_gpu(replace(cluster.gpu, hbm_bw_bytes_per_s=float(hbm_tb_per_s) * 1e12))
+    # the memory-bandwidth what-if is the training API's (paraplan.api.what_if_gpu): one set of
+    # bounds and one error, naming the unit
+    cluster = what_if_cluster(system, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s, hbm_tb_per_s=hbm_tb_per_s)
     dense, expert = default_formats(spec, cluster.gpu, precision, expert_precision)     # as serve simulate
     ctx = ServingContext.build(spec, cluster, backend, dense, expert, kv_cache_dtype, backend_version=backend_version,
                                speculative_tokens=speculative_tokens, draft_acceptance=draft_acceptance,

@@ -155,3 +155,26 @@ def test_a_dense_plan_leaves_the_expert_split_nan_and_changes_nothing_else():
     # an MoE model's plan keeps its split
     moe = serve_plan("qwen3-30b-a3b", "dgx-h100", 8, modes="agg", tpot_ms=20.0)
     assert moe.front["moe_ep"].notna().all() and moe.best["moe_ep"] >= 1
+
+
+@pytest.mark.parametrize("tb_per_s", [1e5, 1e-5])
+def test_hbm_bandwidth_what_if_is_the_training_apis_with_its_unit_in_the_fix(tb_per_s):
+    # one what-if for the memory bandwidth (paraplan.api.what_if_gpu): 1e5 TB/s (a bytes/s value
+    # given as TB/s) and 1e-5 TB/s are out of its 1e-3 .. 1e3 bounds, and the fix names the unit
+    from paraplan.api import what_if_gpu
+    from hardware_specs.catalog import load_gpu
+    with pytest.raises(InputError) as training:
+        what_if_gpu(load_gpu("h100-sxm-80gb"), hbm_tb_per_s=tb_per_s)
+    with pytest.raises(InputError) as serving:
+        serve_simulate(**BASE, hbm_tb_per_s=tb_per_s)
+    assert serving.value.field == "hbm_tb_per_s"
+    assert (serving.value.message, serving.value.fix) == (training.value.message, training.value.fix)
+    assert "TB/s of device-memory bandwidth" in serving.value.fix
+
+
+def test_hbm_bandwidth_what_if_scales_the_memory_bound_decode():
+    # 3.35 TB/s is the H100 SXM datasheet's: the what-if at the same value is the catalog's
+    # deployment, and at 2 x it the memory-bound decode step is faster
+    base, same = serve_simulate(**BASE).iloc[0], serve_simulate(**BASE, hbm_tb_per_s=3.35).iloc[0]
+    assert same.tpot_ms == pytest.approx(base.tpot_ms, rel=1e-12)
+    assert serve_simulate(**BASE, hbm_tb_per_s=6.7).iloc[0].tpot_ms < base.tpot_ms
