@@ -36,7 +36,7 @@ from planners import infeasible
 from planners.explain import explain_text, memory_feature_notes
 from planners.refine import MAX_EXACT, TOP_EXACT, refine_exact
 from planners.search_space import (DEFAULT_SCHEDULES, FIXABLE, RECOMPUTE_NAMES, SCHEDULE_NAMES,
-                                   SPACE_CHUNK_ROWS, enumerate_base,
+                                   SPACE_CHUNK_ROWS, enumerate_base, largest_chunk_layers,
                                    SearchConstraints)
 from planners.stage_assignment import StageAssignment, stage_assignment_for
 from planners.space_scoring import kept_rows, score_space
@@ -538,6 +538,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
                      for d in dtypes)
     software = dict(zip(dtypes, defaults))        # what the plans run (PlanResult.software)
     defaults = _pinned_recompute(defaults, fixed, recompute_num_layers)
+    pinned_layers = int(recompute_num_layers or 0)    # _pinned_recompute refused it without full
     constraints = SearchConstraints(
         gpus=(lo, hi), global_batch=gbs, max_tp=int(max_tp or cluster.gpus_per_node),
         fixed=fixed, dtypes=dtypes, schedules=schedules,
@@ -552,10 +553,14 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         # tp whose groups would span scale-up domains unevenly is not searched (check_cluster agrees)
         scaleup_gpus=cluster.gpus_per_node,
         # a cp whose sequence (or, Ulysses, heads) split the flavour refuses is not searched
-        cp_kinds=tuple(dict.fromkeys(d["cp_kind"] for d in defaults)))
+        cp_kinds=tuple(dict.fromkeys(d["cp_kind"] for d in defaults)),
+        # a full recomputation of N layers a chunk needs chunks of N layers (check_config agrees)
+        recompute_num_layers=pinned_layers)
 
     # the space is built and scored chunk by chunk; only the rows a result can show are kept
     base = enumerate_base(model, constraints, space_chunk_rows)
+    if base.total == 0 and pinned_layers:
+        _chunks_too_small(model, constraints, space_chunk_rows)
     if base.total == 0:
         raise infeasible.no_layout(model, constraints, cluster.gpus_per_node)
     if base.n_chunks == 1:        # the whole space at once: every fitting row, scored once
@@ -621,6 +626,21 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         split_times = _split_times(model, cluster, eff, result)
     return replace(result, explain=explain_text(result, model, notes, gpu=cluster.gpu, prior=not eff.is_fitted,
                                                 split_times_s=split_times))
+
+
+def _chunks_too_small(model: ModelSpec, constraints: SearchConstraints, space_chunk_rows) -> None:
+    """Raise, when only ``constraints.recompute_num_layers`` emptied the space, the one-line
+    error ``simulate`` gives such a layout, with the largest N any searched layout's chunks
+    hold (``check_config``: a chunk recomputes at most its own layers)."""
+    base = enumerate_base(model, replace(constraints, recompute_num_layers=0), space_chunk_rows)
+    if base.total == 0:
+        return
+    largest = largest_chunk_layers(model.num_layers + model.mtp_layers, base.columns["pp"][:, None],
+                                   base.columns["vpp"][:, None], base.combos["schedule"][None, :])
+    most = int(largest[base.ok].max())
+    raise InputError("recompute_num_layers", f"{constraints.recompute_num_layers} layers per model chunk, but no "
+                     f"searched layout of {model.name} has a chunk that large: the largest holds at most {most}",
+                     f"give at most {most}, or allow fewer pipeline stages")
 
 
 def _split_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, result) -> tuple:

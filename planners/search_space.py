@@ -47,7 +47,7 @@ RULES = {
                "divides nor is a multiple of the domain: tp, ep, tp x cp (context-parallel ring), tp x "
                "zero_shard_group or tp x cp x dp (data-parallel group); such a group would span domains unevenly "
                "(`simulate` refuses it, topology.groups_tile_node)",
-    "layers": "pp above the layer count, or (interleaved) pp*vpp not dividing the layers (or layers + 2); with vpp = 1 the layers need not split evenly over the stages",
+    "layers": "pp above the layer count, or (interleaved) pp*vpp not dividing the layers (or layers + 2); with vpp = 1 the layers need not split evenly over the stages; or a model chunk holding fewer layers than the full recomputation fixed with recompute_num_layers covers (`simulate` refuses it)",
     "sequence": "2 x cp does not divide the sequence length (ring, hybrid and all-gather context parallelism: two "
                 "chunks per rank; cp under Ulysses), or, with "
                 "sequence parallelism, tp does not divide the seq_len / cp tokens of a cp rank",
@@ -144,6 +144,10 @@ class SearchConstraints:
             a cp must split the sequence as each of them needs (``sequence_split_ok``) and, for
             Ulysses, the tp rank's query heads (``ulysses_heads_ok``), as ``check_config`` requires.
             The flavour itself is not an axis of the space (``cp_kind`` is taken out of ``fixed``).
+        recompute_num_layers: the layers a chunk recomputes when the request fixes a full
+            recomputation of N layers (``plan(recompute_num_layers=N)``): a layout whose largest
+            model chunk holds fewer than N is not searched, as ``check_config`` refuses it
+            (``most_layers_per_chunk``); 0 = every layer of a chunk, nothing pruned.
         scaleup_gpus: GPUs of one scale-up domain (the cluster's ``gpus_per_node``): a layout
             whose tensor-, context-, expert-, data-parallel or ZeRO shard groups do not tile it
             is not searched (``topology.groups_tile_node``), as ``check_cluster`` refuses it;
@@ -164,6 +168,7 @@ class SearchConstraints:
     stack_lacks: tuple[str, ...] = ()
     scaleup_gpus: int = 0
     cp_kinds: tuple[str, ...] = ("ring",)
+    recompute_num_layers: int = 0
 
 
 @dataclass(frozen=True)
@@ -290,6 +295,16 @@ def _flush_sizes(sched: np.ndarray, pp: np.ndarray, m: np.ndarray, vpp: np.ndarr
 def micro_batch_candidates(global_batch: int, max_micro_batch: int | None) -> np.ndarray:
     mb = divisors(global_batch)
     return mb[mb <= max_micro_batch] if max_micro_batch else mb
+
+
+def largest_chunk_layers(layers: int, pp: np.ndarray, vpp: np.ndarray, sched: np.ndarray) -> np.ndarray:
+    """Layers of the largest model chunk of rows split as evenly as possible (the planner's
+    ``uneven_layers`` rows; ``validate_config.most_layers_per_chunk``): ceil(``layers`` /
+    positions), positions = pp * vpp (DualPipe: pp per model copy; ZB-V: 2 pp). ``layers``
+    counts the MTP modules; ``sched``: schedule codes; broadcasting arrays."""
+    positions = np.where(sched == SCHEDULE_CODES[Schedule.DUALPIPE], pp,
+                         np.where(sched == SCHEDULE_CODES[Schedule.ZB_V], 2 * pp, pp * vpp))
+    return -(-layers // positions)
 
 
 def vpp_candidates(num_layers: int) -> np.ndarray:
@@ -467,6 +482,9 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("dualpipe", grid((sched != SCHEDULE_CODES[Schedule.DUALPIPE])[None, :]
                           | ((cols["pp"] % 2 == 0) & (m_all % 2 == 0) & (m_all >= 2 * cols["pp"]))[:, None])),
         ("one_stage", grid(~zero_bubble[None, :] | (cols["pp"] > 1)[:, None])),
+        # a full recomputation of N layers a chunk needs a chunk of at least N layers (check_config)
+        ("layers", grid(largest_chunk_layers(L + model.mtp_layers, cols["pp"][:, None], cols["vpp"][:, None],
+                                             sched[None, :]) >= c.recompute_num_layers)),
         ("flush_size", _flush_sizes(sched, cols["pp"], m_all, cols["vpp"])),
         ("fixed", grid(_allowed(fixed, "sequence_parallel", sp)[None, :])),
         ("sp_needs_tp", grid((sp == 0)[None, :] | (t > 1))),
