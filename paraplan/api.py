@@ -86,7 +86,7 @@ from simulator.parallel_config import BOOL_FIELDS, MAX_GLOBAL_BATCH, MAX_GPUS, P
 from planners.search_space import FIXABLE as SEARCH_FIXABLE
 from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
 from simulator.simulate import simulate as _simulate
-from simulator.stack_defaults import stack_config_fields, stack_cp_kind, stack_sequence_parallel, stack_zero_stage
+from simulator.stack_defaults import run_cp_kind, stack_config_fields, stack_sequence_parallel, stack_zero_stage
 
 GIB = 2**30
 GBIT = 1e9 / 8          # bytes/s in one Gb/s
@@ -476,7 +476,7 @@ def with_stack_fields(model: ModelSpec, cluster: ClusterSpec, stack: str | Stack
     stack's documented behaviour for this model, GPU and dtype
     (``simulator.stack_defaults.stack_config_fields``), sequence parallelism to the stack's
     recipes at this tensor degree, the context-parallel flavour to the stack's
-    ``context_parallel_kind`` at cp > 1 (``simulator.stack_defaults.stack_cp_kind``)."""
+    ``context_parallel_kind`` at cp > 1 (``simulator.stack_defaults.run_cp_kind``)."""
     out = dict(fields)
     if out.get("dtype") is None:
         out["dtype"] = sixteen_bit_dtype(cluster.gpu)
@@ -492,7 +492,7 @@ def with_stack_fields(model: ModelSpec, cluster: ClusterSpec, stack: str | Stack
     if out.get("cp_kind") is None:
         # the flavour the stack's framework runs, as `paraplan simulate` without --cp-kind (ring at cp 1)
         cp = 1 if out.get("cp") is None else whole_number("cp", out["cp"])
-        out["cp_kind"] = stack_cp_kind(spec, model.name, gpu, out["dtype"]) if cp > 1 else "ring"
+        out["cp_kind"] = run_cp_kind(cp, None, spec, model.name, gpu, out["dtype"])
     return out
 
 

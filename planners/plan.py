@@ -45,7 +45,7 @@ from planners.vectorized import DEFAULT_CHUNK_ROWS, Evaluated, evaluate_space
 from simulator import headroom
 from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, CPKind, ParallelConfig, Schedule
 from simulator.report import TIME_PARTS
-from simulator.stack_defaults import stack_config_fields, stack_cp_kind
+from simulator.stack_defaults import run_cp_kind, stack_config_fields, stack_cp_kind
 from simulator.step_model import LAYER_KEY_FIELDS
 
 GIB = 2**30
@@ -58,7 +58,8 @@ MAX_PLANS = 20_000
 #: the ranked table's columns (units in the names; mfu is a fraction of the dtype's peak).
 OUTPUT_COLUMNS = ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch", "zero_stage",
                   "zero_shard_group", "recompute", "recompute_num_layers", "recompute_layers_decrement",
-                  "offload_activation_layers", "sequence_parallel", "schedule", "dtype", "step_time_s", "tokens_per_s",
+                  "offload_activation_layers", "sequence_parallel", "schedule", "cp_kind", "dtype", "step_time_s",
+                  "tokens_per_s",
                   "tokens_per_s_per_gpu", "mfu", "memory_gib", "headroom_gib")
 #: what machine-readable plan rows add: host memory, whether the pipeline time is the exact
 #: makespan (else the ranking estimate), and the step by part (``simulator.report.TIME_PARTS``)
@@ -218,10 +219,14 @@ def frontier_mask(cost: np.ndarray, value: np.ndarray, min_share: float | None =
 def row_config(row, software: Mapping | None = None) -> ParallelConfig:
     """A ranked-table row as a ``ParallelConfig``; ``software``: the stack fields it ran with
     (``PlanResult.software`` for its dtype), else ``ParallelConfig``'s defaults. At cp 1 the
-    context-parallel flavour is ``ring`` (nothing runs; ``simulate`` without --cp-kind says so)."""
+    context-parallel flavour is ``ring`` (nothing runs; ``simulate`` without --cp-kind says so);
+    at cp > 1 the row's ``cp_kind`` column, else ``software``'s (``stack_defaults.run_cp_kind``)."""
     software = dict(software or {})
-    if int(row["cp"]) == 1 and "cp_kind" in software:
-        software["cp_kind"] = "ring"
+    cp = int(row["cp"])
+    if "cp_kind" in row or "cp_kind" in software:
+        # the row's flavour (its cp_kind column), else the search's; ring at cp 1 (run_cp_kind)
+        given = row["cp_kind"] if "cp_kind" in row else software.get("cp_kind")
+        software["cp_kind"] = run_cp_kind(cp, given if cp > 1 else None)
     return ParallelConfig(
         dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), cp=int(row["cp"]), ep=int(row["ep"]),
         vpp=int(row["vpp"]), micro_batch=int(row["micro_batch"]), global_batch=int(row["global_batch"]),
@@ -606,6 +611,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
                             refine)
         evaluated, fitting, eval_s, eval_cpu_s = scored.evaluated, scored.fitting, scored.wall_s, scored.cpu_s
         unchecked = scored.unchecked
+    plans = _with_cp_kind(plans, software)
     pruned = dict(base.pruned)
     pruned["memory"] = evaluated - fitting - unchecked
     result = PlanResult(
@@ -626,6 +632,20 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         split_times = _split_times(model, cluster, eff, result)
     return replace(result, explain=explain_text(result, model, notes, gpu=cluster.gpu, prior=not eff.is_fitted,
                                                 split_times_s=split_times))
+
+
+def _with_cp_kind(plans: pd.DataFrame, software: Mapping[str, Mapping]) -> pd.DataFrame:
+    """``plans`` with the ``cp_kind`` column (after ``schedule``): the context-parallel flavour
+    each row prices, the search's for its dtype (``software``: the one fixed, else the stack's)
+    at cp > 1 and ``ring`` at cp 1 (``stack_defaults.run_cp_kind``), so a row, its JSON and the
+    simulate command printed for it say which flavour its step time is."""
+    dtype = plans["dtype"].astype(str).to_numpy()
+    kinds = np.full(len(plans), run_cp_kind(1), dtype=object)
+    multi = plans["cp"].to_numpy() > 1
+    for d in np.unique(dtype[multi]):
+        kinds[multi & (dtype == d)] = run_cp_kind(2, software[str(d)].get("cp_kind"))
+    plans.insert(plans.columns.get_loc("schedule") + 1, "cp_kind", pd.Categorical(kinds, [k.value for k in CPKind]))
+    return plans
 
 
 def _chunks_too_small(model: ModelSpec, constraints: SearchConstraints, space_chunk_rows) -> None:

@@ -141,3 +141,18 @@ def stack_cp_kind(stack: StackSpec, model_name: str | None = None, gpu: str | No
     it matters only at cp > 1."""
     t = stack.training_for(model_name, gpu, dtype)
     return str(t.context_parallel_kind) if t is not None else "ring"
+
+
+def run_cp_kind(cp: int, given=None, stack: StackSpec | None = None, model_name: str | None = None,
+                gpu: str | None = None, dtype: str | None = None) -> str:
+    """The context-parallel flavour a run of ``cp`` ranks prices (``CPKind`` name): ``given``
+    (a name or ``CPKind``; None: not given), else the stack's ``context_parallel_kind``
+    (``stack_cp_kind``; ``ring`` without a stack) at cp > 1, and ``ring`` at cp 1 when none is
+    given (nothing runs). The one rule of ``paraplan simulate`` without --cp-kind, the API's
+    ``simulate``, ``search: simulate`` sweeps, ``paraplan plan``'s rows and the simulate command
+    it prints; ``simulate`` refuses a given flavour other than ring at cp 1 on its own."""
+    if given is not None:
+        return str(getattr(given, "value", given)).strip().lower()
+    if int(cp) <= 1 or stack is None:
+        return "ring"
+    return stack_cp_kind(stack, model_name, gpu, dtype)

@@ -29,3 +29,45 @@ def test_pinned_full_recompute_with_no_chunk_large_enough_names_the_largest():
 def test_pinned_full_recompute_of_a_whole_chunk_still_plans():
     result = plan("llama3-8b", "dgx-h100", 16, 64, fixed={"recompute": "full", "pp": 2}, recompute_num_layers=16)
     assert set(zip(result.plans["pp"], result.plans["vpp"])) == {(2, 1)}
+
+
+# --- the context-parallel flavour a plan row prices (one rule: stack_defaults.run_cp_kind) ---
+
+def test_run_cp_kind_rule():
+    from hardware_specs.catalog import load_stack
+    from simulator.stack_defaults import run_cp_kind
+    # Megatron-Core's --cp-comm-type defaults to p2p (the ring); torchtitan all-gathers K/V
+    assert run_cp_kind(4, None, load_stack("megatron-core")) == "ring"
+    assert run_cp_kind(4, None, load_stack("torchtitan")) == "allgather"
+    assert run_cp_kind(4, "ulysses", load_stack("torchtitan")) == "ulysses"     # given wins
+    assert run_cp_kind(1, None, load_stack("torchtitan")) == "ring"             # nothing runs at cp 1
+
+
+_CP_REQUEST = dict(global_batch=16, cp=8, seq_len=65536)
+
+
+def test_fixed_cp_kind_is_a_plan_column_and_in_the_simulate_command():
+    from paraplan.commands.plan import simulate_command
+    from paraplan import api
+    table = api.plan("llama3-8b", "dgx-h100", 16, cp_kind="allgather", max_plans=2, **_CP_REQUEST)
+    assert set(table["cp_kind"]) == {"allgather"}
+    command = simulate_command(table.iloc[0].to_dict(), "llama3-8b", "dgx-h100", 65536, default_cp_kind="ring")
+    assert "--cp-kind allgather" in command
+    # the flavour simulate runs by default is not repeated
+    assert "--cp-kind" not in simulate_command(table.iloc[0].to_dict(), "llama3-8b", "dgx-h100", 65536,
+                                               default_cp_kind="allgather")
+
+
+def test_best_plan_resimulates_the_fixed_cp_kind():
+    from paraplan import api
+    table = api.plan("llama3-8b", "dgx-h100", 16, cp_kind="allgather", max_plans=2, **_CP_REQUEST)
+    best = api.best_plan("llama3-8b", "dgx-h100", 16, cp_kind="allgather", **_CP_REQUEST)
+    assert best["cp_kind"].iloc[0] == "allgather"
+    # the re-simulated winner is the table's winner, same flavour, same step
+    assert best["step_time_s"].iloc[0] == pytest.approx(table["step_time_s"].iloc[0], rel=1e-9)
+
+
+def test_cp1_rows_carry_ring():
+    result = plan("llama3-8b", "dgx-h100", 8, 64, stack="torchtitan", max_plans=50)
+    one = result.plans[result.plans["cp"] == 1]
+    assert len(one) and set(one["cp_kind"].astype(str)) == {"ring"}

@@ -29,6 +29,7 @@ from paraplan.cli import dump_json, exact_number_text, format_table, four_signif
 from planners.explain import fit_text, stage_layers_text
 from planners.plan import PlanResult, parse_gpus, plan
 from simulator.parallel_config import Recompute, Schedule
+from simulator.stack_defaults import run_cp_kind
 from simulator.validate_config import needs_uneven_split
 from paraplan.commands.simulate import STACK_HELP, ep_comm_overlap_option, ep_dispatch_dedup_option
 from paraplan.commands.token_count import TOKENS
@@ -138,7 +139,7 @@ def _table(df, ranked: bool = True, show_gpus: bool = False) -> str:
     df = df.copy()
     star = "" if df.empty or bool(df["efficiency_fitted"].iloc[0]) else priors.mark_text()
     df = df.drop(columns="efficiency_fitted")
-    shown = df.drop(columns=[c for c in df.columns if c in LABEL_FIELDS or c == "global_batch"
+    shown = df.drop(columns=[c for c in df.columns if c in LABEL_FIELDS or c in ("global_batch", "cp_kind")
                              or (c == "n_gpus" and not show_gpus)])
     shown.insert(1 if show_gpus else 0, "config", config_labels(df).to_numpy() if len(df) else [])
     headers = list(shown.columns)
@@ -213,7 +214,8 @@ def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None, stac
 
 def simulate_command(row, model: str, cluster: str, seq_len: int | None = None,
                      stack: str = DEFAULT_TRAINING_STACK, switches: dict | None = None,
-                     headroom_gib: float | None = None, num_layers: int | None = None) -> str:
+                     headroom_gib: float | None = None, num_layers: int | None = None,
+                     default_cp_kind: str | None = None) -> str:
     """The ``paraplan simulate`` command of a plan row (its label's abbreviations as options:
     ``off7`` is --offload-activation-layers 7, ``full2d1`` --recompute full --recompute-num-layers 2
     --recompute-layers-decrement 1, ``hsdp8`` --zero-shard-group 8), with the request's model,
@@ -221,7 +223,10 @@ def simulate_command(row, model: str, cluster: str, seq_len: int | None = None,
     one: without it ``plan --headroom-gib 0``'s winner, planned to 79.8 of 80 GiB, printed a command
     whose ``simulate`` said "fits: NO" against its default 4 GiB), and ``--uneven-layers`` where the
     model's ``num_layers`` do not split into the row's chunks (DeepSeek-V3's 61 layers on DualPipe's
-    2 x 16); it prints the row's step time and fit verdict."""
+    2 x 16), and ``--cp-kind`` where the row's context-parallel flavour (``cp_kind``) is not
+    ``default_cp_kind``, the one ``simulate`` runs without it on this stack
+    (``stack_defaults.run_cp_kind``; None: given at every cp > 1); it prints the row's step time
+    and fit verdict."""
     get = lambda k, d=0: row[k] if k in row and row[k] is not None else d     # noqa: E731
     args = ["paraplan", "simulate", "-m", model, "-c", cluster, "-n", str(int(get("n_gpus")))]
     if seq_len is not None:
@@ -244,6 +249,8 @@ def simulate_command(row, model: str, cluster: str, seq_len: int | None = None,
     default_schedule = Schedule.INTERLEAVED.value if int(get("vpp", 1)) > 1 else Schedule.ONE_F_ONE_B.value
     if str(get("schedule", default_schedule)) != default_schedule:
         args += ["--schedule", str(get("schedule"))]
+    if int(get("cp", 1)) > 1 and "cp_kind" in row and str(row["cp_kind"]) != default_cp_kind:
+        args += ["--cp-kind", str(row["cp_kind"])]
     # the search prices every pipeline with an uneven split where the chunks need one
     # (``planners.plan.row_config``); simulate asks for it by name
     if num_layers is not None and int(get("pp", 1)) > 1 and needs_uneven_split(
@@ -351,11 +358,20 @@ def _gpus_json(gpus: tuple[int, int]):
     return lo if lo == hi else {"min": lo, "max": hi}
 
 
+def _cp_kind_json(result: PlanResult):
+    """``request.cp_kind``: the context-parallel flavour the search priced at cp > 1 (the one
+    --fix cp_kind gave, else the stack's), one name, or dtype -> name where the stack's differs
+    by dtype (rows at cp 1 run none: their ``cp_kind`` is ring)."""
+    kinds = {d: str(result.software.get(d, {}).get("cp_kind", "ring")) for d in result.dtypes}
+    return next(iter(kinds.values())) if len(set(kinds.values())) == 1 else kinds
+
+
 def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster, spec) -> str:
     data = {
         "request": {"model": result.model, "cluster": result.cluster, "gpu": result.gpu,
                     "gpus": _gpus_json(result.gpus), "global_batch": result.global_batch, "seq_len": result.seq_len,
-                    "dtypes": list(result.dtypes), "memory_limit_bytes": result.memory_limit_bytes,
+                    "dtypes": list(result.dtypes), "cp_kind": _cp_kind_json(result),
+                    "memory_limit_bytes": result.memory_limit_bytes,
                     "headroom_required_bytes": result.hbm_bytes - result.memory_limit_bytes,
                     **priors.json_fields(cluster)},
         "search": {"configurations": result.raw_size, "evaluated": result.evaluated, "fit": result.fitting,
@@ -621,7 +637,10 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     if len(result.plans):
         best = result.plans.iloc[0].to_dict()
         layers = spec.num_layers
-        command = simulate_command(best, model, cluster, seq_len, stack_arg, switches, headroom_gib, layers)
+        # the flavour simulate runs without --cp-kind at this cp (the stack's; ring at cp 1)
+        default_kind = run_cp_kind(int(best["cp"]), None, stack, spec.name, cl.gpu.name, str(best["dtype"]))
+        command = simulate_command(best, model, cluster, seq_len, stack_arg, switches, headroom_gib, layers,
+                                   default_kind)
         out.append(f"best plan as one run (its step, memory per stage and why):\n{wrap_command(command)}\n")
         unmeasured = _unmeasured_features(best, cl)
         if unmeasured:

@@ -30,7 +30,7 @@ from simulator.parallel_config import (MAX_GLOBAL_BATCH, MAX_GPUS, AttentionKern
 from simulator import headroom
 from simulator.report import StepReport
 from simulator.simulate import simulate
-from simulator.stack_defaults import stack_cp_kind, stack_config_fields, stack_sequence_parallel, stack_zero_stage
+from simulator.stack_defaults import run_cp_kind, stack_config_fields, stack_sequence_parallel, stack_zero_stage
 
 GIB = 2**30
 
@@ -237,9 +237,8 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
     zero = opts["zero"]
     if zero is None:        # the stack's documented sharding, as `validate published` reads a row
         zero = stack_zero_stage(stack, dp, cp, model.name, cluster.gpu.name, opts["dtype"])
-    cp_kind = opts.get("cp_kind")
-    if cp_kind is None:     # the flavour the stack's framework runs (ring at cp 1: nothing to price)
-        cp_kind = stack_cp_kind(stack, model.name, cluster.gpu.name, opts["dtype"]) if cp > 1 else CPKind.RING.value
+    # the flavour given, else the one the stack's framework runs (ring at cp 1: nothing to price)
+    cp_kind = run_cp_kind(cp, opts.get("cp_kind"), stack, model.name, cluster.gpu.name, opts["dtype"])
     config = ParallelConfig(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=opts["ep"], etp=opts["etp"], vpp=opts["vpp"],
         micro_batch=opts["micro_batch"], global_batch=gbs, zero_stage=zero,
