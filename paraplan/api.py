@@ -783,7 +783,10 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
     if plans is not None and not isinstance(plans, pd.DataFrame):
         raise InputError("plans", f"must be the DataFrame api.plan returned, got {type(plans).__name__}",
                          "pass api.plan's table of this same request, or leave plans out")
-    what_if = {k: kwargs.pop(k) for k in ("gpu", "seq_len", "scaleout_gbit_per_s", "scaleup_gbit_per_s")
+    # every what-if of the search (GPU, sequence, links, HBM, peak FLOPs): the table is ranked, the
+    # rows refined and the winner re-simulated on the same cluster
+    what_if = {k: kwargs.pop(k) for k in ("gpu", "seq_len", "scaleout_gbit_per_s", "scaleup_gbit_per_s",
+                                          "hbm_gib", "hbm_tb_per_s", "peak_flops_scale")
                if k in kwargs}
     # ranked and priced on the framework's own stack where the catalog has one (a torchtitan plan
     # on torchtitan's profile: paraplan.exports.default_stack), or on the one a given table was
@@ -793,7 +796,9 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
         plans = plan(model, cluster, gpus, global_batch_tokens, **what_if, **kwargs)
     spec = _model(model, what_if.get("seq_len"))
     cluster_spec = what_if_cluster(cluster, what_if.get("gpu"), what_if.get("scaleout_gbit_per_s"),
-                                   what_if.get("scaleup_gbit_per_s"))
+                                   what_if.get("scaleup_gbit_per_s"), hbm_gib=what_if.get("hbm_gib"),
+                                   hbm_tb_per_s=what_if.get("hbm_tb_per_s"),
+                                   peak_flops_scale=what_if.get("peak_flops_scale"))
     _check_given_plans(plans, spec, cluster_spec, gpus, global_batch_tokens, kwargs.get("global_batch"))
     software = plans.attrs.get("software")
     if not software:        # a table not from :func:`plan`: the stack's fields for each of its dtypes

@@ -71,3 +71,15 @@ def test_cp1_rows_carry_ring():
     result = plan("llama3-8b", "dgx-h100", 8, 64, stack="torchtitan", max_plans=50)
     one = result.plans[result.plans["cp"] == 1]
     assert len(one) and set(one["cp_kind"].astype(str)) == {"ring"}
+
+
+def test_best_plan_for_keeps_every_what_if():
+    from paraplan import api
+    what_if = dict(peak_flops_scale=2.0, hbm_gib=40, hbm_tb_per_s=2.0)
+    best = api.best_plan_for("megatron", "llama3-8b", "dgx-h100", 8, global_batch=64, **what_if)
+    assert best["hbm_gib"].iloc[0] == 40                   # the GPU asked for, not the H100's 80
+    assert best["memory_gib"].iloc[0] < 40
+    table = api.plan("llama3-8b", "dgx-h100", 8, global_batch=64, max_plans=50, **what_if)
+    same = table[table["config"] == best["config"].iloc[0]]
+    # the re-simulated winner's step is the row's in the what-if table (2x FLOPs, 2 TB/s HBM)
+    assert len(same) and best["step_time_s"].iloc[0] == pytest.approx(same["step_time_s"].iloc[0], rel=1e-9)
