@@ -516,7 +516,12 @@ def simulate_report(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpus:
     cluster_spec = what_if_cluster(cluster, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s, hbm_gib=hbm_gib,
                                    hbm_tb_per_s=hbm_tb_per_s, peak_flops_scale=peak_flops_scale)
     config_fields = with_stack_fields(model_spec, cluster_spec, stack, config_fields)
-    config = build_config(model_spec, gpus, **config_fields)
+    if config_fields.get("zero_stage") is None:
+        # dp and cp resolved before the stack's ZeRO stage is known: without the hybrid-sharding
+        # group, which ParallelConfig refuses at ZeRO-0 (the default until the stack's is set)
+        config = build_config(model_spec, gpus, **{**config_fields, "zero_shard_group": None})
+    else:
+        config = build_config(model_spec, gpus, **config_fields)
     if config_fields.get("zero_stage") is None:
         # the stack's documented sharding at the resolved dp and cp, as `paraplan simulate`
         # (``simulator.stack_defaults.stack_zero_stage``)

@@ -83,3 +83,12 @@ def test_best_plan_for_keeps_every_what_if():
     same = table[table["config"] == best["config"].iloc[0]]
     # the re-simulated winner's step is the row's in the what-if table (2x FLOPs, 2 TB/s HBM)
     assert len(same) and best["step_time_s"].iloc[0] == pytest.approx(same["step_time_s"].iloc[0], rel=1e-9)
+
+
+def test_api_simulate_hsdp_group_takes_the_stacks_zero_stage():
+    from paraplan import api
+    # megatron-core.yaml: default_zero_stage 1 (the distributed optimizer), as `paraplan simulate`
+    row = api.simulate("llama3-8b", "dgx-h100", gpus=16, global_batch=64, zero_shard_group=8)
+    assert row["zero_stage"].iloc[0] == 1 and row["zero_shard_group"].iloc[0] == 8
+    given = api.simulate("llama3-8b", "dgx-h100", gpus=16, global_batch=64, zero_shard_group=8, zero_stage=1)
+    assert row["step_time_s"].iloc[0] == given["step_time_s"].iloc[0]
