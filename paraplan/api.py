@@ -644,6 +644,9 @@ PLANNER_FIXABLE = tuple(SEARCH_FIXABLE)
 def _planner_kwargs(constraints: Mapping[str, Any]) -> dict:
     """Planner keyword arguments: ``ParallelConfig`` fields become ``fixed`` entries, ``dtype``
     becomes ``dtypes``, everything else passes through."""
+    import inspect
+    from planners import plan as planner_plan
+    accepted = set(inspect.signature(planner_plan).parameters)
     kwargs = dict(constraints)
     given = kwargs.pop("fixed", None)
     if given is not None and not isinstance(given, Mapping):
@@ -656,14 +659,13 @@ def _planner_kwargs(constraints: Mapping[str, Any]) -> dict:
                 fixed[name] = value
         elif name == "dtype":
             kwargs["dtypes"] = _planner_dtypes(kwargs.pop("dtype"), kwargs.get("dtypes"))
-        elif name in CONFIG_FIELDS and name != "global_batch":
+        elif name in CONFIG_FIELDS and name not in accepted:
+            # (one the planner takes itself passes through: global_batch, recompute_num_layers
+            # with recompute fixed to full, as plan --recompute-num-layers)
             raise InputError(name, "the planner does not search this field",
                              "simulate the planner's winner with it instead (api.simulate)")
     if fixed:
         kwargs["fixed"] = fixed
-    import inspect
-    from planners import plan as planner_plan
-    accepted = set(inspect.signature(planner_plan).parameters)
     unknown = [k for k in kwargs if k not in accepted]
     if unknown:         # reached the planner as a TypeError ('unexpected keyword argument')
         raise InputError(unknown[0], "is neither a planner constraint nor a searched configuration field",

@@ -92,3 +92,10 @@ def test_api_simulate_hsdp_group_takes_the_stacks_zero_stage():
     assert row["zero_stage"].iloc[0] == 1 and row["zero_shard_group"].iloc[0] == 8
     given = api.simulate("llama3-8b", "dgx-h100", gpus=16, global_batch=64, zero_shard_group=8, zero_stage=1)
     assert row["step_time_s"].iloc[0] == given["step_time_s"].iloc[0]
+
+
+def test_api_plan_passes_recompute_num_layers_to_the_planner():
+    from paraplan import api
+    table = api.plan("llama3-8b", "dgx-h100", 16, global_batch=64, recompute="full", recompute_num_layers=3,
+                     max_plans=20)
+    assert len(table) and set(table["recompute"]) == {"full"} and set(table["recompute_num_layers"]) == {3}
