@@ -568,6 +568,12 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         _chunks_too_small(model, constraints, space_chunk_rows)
     if base.total == 0:
         raise infeasible.no_layout(model, constraints, cluster.gpus_per_node)
+    if kinds and kinds[0] != CPKind.RING.value and not base.ok[base.columns["cp"] > 1].any():
+        # a flavour fixed where no searched row runs cp > 1 prices nothing: simulate refuses it
+        lacks = "context_parallel" in constraints.stack_lacks
+        raise InputError("cp_kind", f"{kinds[0]} context parallelism with cp 1 changes nothing",
+                         f"drop --fix cp_kind ({stack_spec.name} runs no context parallelism)" if lacks else
+                         "drop --fix cp_kind, or allow cp 2 or more (--cp 2)")
     if base.n_chunks == 1:        # the whole space at once: every fitting row, scored once
         space = base.chunk(0)[0]
         ev = evaluate_space(model, cluster, eff, space, gbs, limit, chunk_rows=chunk_rows, workers=workers,

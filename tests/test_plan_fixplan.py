@@ -99,3 +99,16 @@ def test_api_plan_passes_recompute_num_layers_to_the_planner():
     table = api.plan("llama3-8b", "dgx-h100", 16, global_batch=64, recompute="full", recompute_num_layers=3,
                      max_plans=20)
     assert len(table) and set(table["recompute"]) == {"full"} and set(table["recompute_num_layers"]) == {3}
+
+
+@pytest.mark.parametrize("fixed, stack", [({"cp": 1, "cp_kind": "ulysses"}, "megatron-core"),
+                                          # deepspeed-2021.yaml lacks context_parallel: every row is cp 1
+                                          ({"cp_kind": "allgather"}, "deepspeed-2021")])
+def test_fixed_cp_kind_without_any_cp_above_one_is_refused(fixed, stack):
+    with pytest.raises(InputError) as err:
+        plan("llama3-8b", "dgx-h100", 16, 64, fixed=fixed, stack=stack)
+    assert err.value.field == "cp_kind" and "with cp 1 changes nothing" in str(err.value)
+
+
+def test_fixed_ring_at_cp1_still_plans():
+    assert len(plan("llama3-8b", "dgx-h100", 16, 64, fixed={"cp": 1, "cp_kind": "ring"}).plans)
