@@ -8,7 +8,7 @@ from paraplan.validation.flops_conventions import palm_6n_attn
 
 #: what each MFU counts, one line each (``paraplan simulate`` prints them under its table)
 MFU_NOTES = ("mfu counts causal attention at half, s/2 keys a query (Megatron-Core's model FLOPs)",
-             "mfu_palm counts 6N + 12 L H Q T a token, H heads x Q head dim over the full sequence T (PaLM appendix B; Llama 3's Table 4)")
+             "mfu_palm counts 6N + 12 L H Q T a token: H heads x Q head dim, the full sequence T (PaLM app. B)")
 
 
 def mfu_pct_columns(df: pd.DataFrame, gpu: GPUSpec) -> pd.DataFrame:
