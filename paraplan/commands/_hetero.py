@@ -16,6 +16,7 @@ import csv
 import io
 import json
 import re
+import textwrap
 from pathlib import Path
 
 
@@ -206,18 +207,23 @@ def report_json(report: HeteroReport, headroom_gib: float | None = None) -> dict
 
 
 def render_report(report: HeteroReport, model: ModelSpec, cluster: PooledCluster,
-                  headroom_gib: float | None = None) -> str:
+                  headroom_gib: float | None = None, zero_note: str = "") -> str:
     """The table of one heterogeneous step: breakdown, throughput, groups, stages, pools; a
-    stage's ``fits`` keeps the headroom ``headroom_gib`` (default: ``simulator.headroom``'s)."""
+    stage's ``fits`` keeps the headroom ``headroom_gib`` (default: ``simulator.headroom``'s);
+    ``zero_note``: where the ZeRO stage came from when neither the user nor the plan file gave it
+    (``paraplan.commands.simulate.zero_source_text``), printed after it as on one GPU kind."""
     plan = report.plan
     s = plan.settings
     prior = f" (rests on the unfitted efficiency prior of {', '.join(report.prior_pools)})" if report.prior_pools else ""
+    settings = (f"micro_batch={plan.micro_batch} global_batch={plan.global_batch} zero={s.zero_stage}"
+                + (f" ({zero_note})" if zero_note else "")
+                + f" recompute={s.recompute.value} sequence_parallel={'on' if plan.sequence_parallel else 'off'} "
+                f"dtype={s.dtype} schedule={s.schedule.value} gpus={report.n_gpus}")
     lines = [f"model    {report.model}  ({model.num_layers} layers, hidden {model.hidden_size}, seq_len {model.seq_len})",
              f"cluster  {cluster.name}  ({', '.join(f'{p.name}: {p.gpus}x {p.cluster.gpu.name}' for p in cluster.pools)})",
              f"plan     {layout_text(plan)}",
-             f"         micro_batch={plan.micro_batch} global_batch={plan.global_batch} zero={s.zero_stage} "
-             f"recompute={s.recompute.value} sequence_parallel={'on' if plan.sequence_parallel else 'off'} "
-             f"dtype={s.dtype} schedule={s.schedule.value} gpus={report.n_gpus}", "",
+             *textwrap.wrap(settings, width=120, initial_indent=" " * 9, subsequent_indent=" " * 9,
+                            break_long_words=False, break_on_hyphens=False), "",
              "step time (pipeline parts: the slowest replica group's slowest stage, bubble = its idle share;",
              "           dp_comm_exposed_s: the gradient reduction's end after the slowest group's, each group's",
              "           share running past its own end; optimizer_s: the largest of any group)"]

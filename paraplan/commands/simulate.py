@@ -372,12 +372,20 @@ def memory_advice(model: ModelSpec, cluster, config: ParallelConfig) -> str:
 def zero_source(stack_name: str, model: ModelSpec, cluster, config: ParallelConfig) -> str:
     """Where a ZeRO stage the user did not give came from (``stack_zero_stage``), for the table:
     the stack's default, a recipe of the stack for this model, or no data parallelism to shard."""
-    if config.dp * config.cp <= 1:
+    return zero_source_text(stack_name, model.name, cluster.gpu.name, config.dp, config.cp, config.dtype)
+
+
+def zero_source_text(stack_name: str, model_name: str, gpu: str | None, dp: int, cp: int, dtype: str) -> str:
+    """Where the ZeRO stage ``stack_zero_stage(stack, dp, cp, model_name, gpu, dtype)`` comes
+    from, for a table: ``dp * cp`` of 1 (nothing to shard), the release's ``default_zero_stage``,
+    or a recipe of the stack for the model (on ``gpu``; None: a pooled cluster of several GPU
+    kinds, where only GPU-independent recipes apply). One-kind and pooled ``simulate`` print it."""
+    if dp * cp <= 1:
         return "dp*cp is 1: nothing to shard"
     stack = load_stack(stack_name)
-    own = stack.training.default_zero_stage if stack.training is not None else 0
-    whose = (f"{stack.name}'s default" if config.zero_stage == own
-             else f"{stack.name}'s recipe for {model.name} on {cluster.gpu.name}")
+    chosen = stack_zero_stage(stack, dp, cp, model_name, gpu, dtype)
+    whose = (f"{stack.name}'s default" if chosen == stack_zero_stage(stack, dp, cp)
+             else f"{stack.name}'s recipe for {model_name}" + (f" on {gpu}" if gpu else ""))
     return f"{whose}; --zero sets another"
 
 
@@ -878,7 +886,8 @@ def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_pa
         sp = bool(behaviour is not None and (behaviour.sequence_parallel_with_tp
                                              or (model.moe is not None and "moe_tp_without_sp" in behaviour.lacks)))
     zero = opts["zero"]
-    if zero is None and (data is None or data.get("zero_stage") is None):
+    zero_defaulted = zero is None and (data is None or data.get("zero_stage") is None)
+    if zero_defaulted:
         # the stack's documented sharding over the plan's data-parallel replicas, as on one GPU
         # kind (``stack_zero_stage``); a plan file's own zero_stage wins over it
         zero = stack_zero_stage(stack, sum(g.replicas for g in plan_groups), 1, model.name, gpu, opts["dtype"])
@@ -911,7 +920,10 @@ def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_pa
     if as_json:
         click.echo(dump_json(_hetero.report_json(report, headroom_gib)), nl=False)
     else:
-        click.echo(_hetero.render_report(report, model, cluster, headroom_gib), nl=False)
+        # where a ZeRO stage neither --zero nor the plan file gave came from, as on one GPU kind
+        note = (zero_source_text(opts["stack"], model.name, gpu, sum(g.replicas for g in plan_groups), 1,
+                                 opts["dtype"]) if zero_defaulted else "")
+        click.echo(_hetero.render_report(report, model, cluster, headroom_gib, note), nl=False)
 
 
 _OPTION_OF = {"zero_stage": "zero"}
