@@ -568,7 +568,12 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         top: rows of the ranked table kept.
         stack: the software stack every plan runs (``hardware_specs/stacks``, name or spec): its
             behaviour fields, with its recipes for the model (GPU-specific recipes only when every
-            pool has the same GPU kind).
+            pool has the same GPU kind). Pooled plans never search context parallelism: every
+            stage runs cp 1 (``ReplicaGroup`` / ``StagePlacement`` have no cp degree and a plan's
+            ``software`` may not set ``cp_kind``, ``simulator.heterogeneous.plan.UNMODELLED_FIELDS``),
+            so the stack's ``context_parallel_kind`` prices nothing here: its flavour at cp 1 is
+            ``ring`` (``simulator.stack_defaults.run_cp_kind``), as on one GPU kind, and a
+            torchtitan (all-gather) stack plans exactly as a ring one.
 
     Raises ``InputError`` when nothing fits or the request is malformed (naming the pool at fault).
     """

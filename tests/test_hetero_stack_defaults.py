@@ -1,5 +1,6 @@
 """The stack's defaults on pooled clusters as on one GPU kind: pooled ``simulate`` says where a
-ZeRO stage nobody gave came from (``stack_zero_stage``)."""
+ZeRO stage nobody gave came from (``stack_zero_stage``), and the stack's context-parallel flavour
+(``run_cp_kind``) changes no pooled plan, since pooled plans run cp 1 only."""
 from __future__ import annotations
 
 import json
@@ -8,6 +9,13 @@ from pathlib import Path
 import pytest
 
 from cli_results import run
+from hardware_specs.catalog import load_cluster, load_stack
+from hardware_specs.pools import Pool, PooledCluster
+from model_specs.catalog import load_model
+from planners.heterogeneous import plan_heterogeneous
+from simulator import ParallelConfig, simulate
+from simulator.heterogeneous import simulate_heterogeneous
+from simulator.stack_defaults import run_cp_kind
 
 REPO = Path(__file__).resolve().parents[1]
 MIXED = REPO / "examples" / "clusters" / "a100-h100.yaml"
@@ -65,3 +73,31 @@ def test_a_plan_files_own_zero_stage_gets_no_note_and_one_without_gets_the_stack
     assert r.exit_code == 0, r.output
     assert DEFAULT_NOTE in r.stdout
 
+
+def test_a_torchtitan_stack_plans_pooled_clusters_as_a_ring_one_at_cp_1():
+    """torchtitan all-gathers K/V for context parallelism (its ``context_parallel_kind``), which
+    one GPU kind prices at cp 2; pooled plans run cp 1 only, so the flavour prices nothing: the
+    ranked table is identical to that of the same stack with the ring, every plan is cp 1 with
+    ``run_cp_kind``'s ring, and pooled simulate agrees with the planner. (torchtitan's own
+    reduction on every micro-batch is refused across pools, so it reduces once per step here.)"""
+    tt = load_stack("torchtitan").with_training(zero01_grad_reduce="last_microbatch")
+    assert tt.training.context_parallel_kind == "allgather"
+    ring = tt.with_training(context_parallel_kind="ring", cp_allgather_backward="saved")
+    model = load_model("gpt3-1.3b")
+    # the flavour is live where cp > 1: one GPU kind prices the all-gather and the ring differently
+    # (8 ranks of an 8k sequence)
+    config = dict(dp=1, tp=1, pp=1, cp=8, micro_batch=1, global_batch=8, zero_stage=0)
+    h100, long = load_cluster("dgx-h100"), model.with_seq_len(8192)
+    assert (simulate(long, h100, ParallelConfig(cp_kind="allgather", **config)).step_time_s
+            != simulate(long, h100, ParallelConfig(cp_kind="ring", **config)).step_time_s)
+    cluster = PooledCluster("mix", (Pool("a100", load_cluster("dgx-a100-80gb"), 16), Pool("h100", h100, 8)))
+    search = dict(global_batch=64, max_micro_batch=2, recomputes=("none",), zeros=(0,), top=10**6)
+    got, want = plan_heterogeneous(model, cluster, stack=tt, **search), plan_heterogeneous(model, cluster, stack=ring,
+                                                                                           **search)
+    assert len(got.plans) > 0 and got.plans.equals(want.plans)
+    for i in range(min(5, len(got.plans))):
+        plan, cl = got.row_plan(i)
+        assert plan.settings.cp == 1
+        assert plan.settings.cp_kind.value == run_cp_kind(1, None, tt, model.name, None, plan.settings.dtype) == "ring"
+        rep = simulate_heterogeneous(model, cl, plan)
+        assert rep.step_time_s == pytest.approx(got.plans.iloc[i]["step_time_s"], rel=1e-9)
