@@ -152,6 +152,24 @@ def check_grouped_gemm_streams(field: str, value) -> int:
     return int(value)
 
 
+#: the training fields that take one of a listed set of values: (field, its values, what the
+#: error calls an unknown one), checked in this order by ``TrainingBehaviour.__post_init__``
+_TRAINING_CHOICES = (
+    ("selective_checkpoint", SELECTIVE_CHECKPOINTS, "policy"),
+    ("recipe_recompute", RECIPE_RECOMPUTE, "value"),
+    ("attention_kernel", ATTENTION_KERNELS, "kernel"),
+    ("zero2_grad_reduce", ZERO2_REDUCE, "value"),
+    ("zero01_grad_reduce", ZERO2_REDUCE, "value"),
+    ("zero3_grad_reduce", ZERO3_GRAD_REDUCE, "value"),
+    ("bf16_zero1_grad_reduce", ZERO3_GRAD_REDUCE, "value"),
+    ("zero3_under_pipeline", ZERO3_UNDER_PIPELINE, "value"),
+    ("grad_buffer", GRAD_BUFFERS, "value"),
+    ("context_parallel_kind", CP_KINDS, "flavour"),
+    ("cp_allgather_backward", CP_ALLGATHER_BACKWARD, "value"),
+    ("cross_entropy", CROSS_ENTROPY_IMPLS, "implementation"),
+)
+
+
 @dataclass(frozen=True)
 class TrainingBehaviour:
     """What a training framework release does by default (documented, not fitted).
@@ -454,38 +472,10 @@ class TrainingBehaviour:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lacks", feature_names(self.lacks, "training.lacks"))
-        if self.selective_checkpoint not in SELECTIVE_CHECKPOINTS:
-            raise InputError("training.selective_checkpoint", f"unknown policy {self.selective_checkpoint!r}",
-                             "choose one of " + ", ".join(SELECTIVE_CHECKPOINTS))
-        if self.recipe_recompute not in RECIPE_RECOMPUTE:
-            raise InputError("training.recipe_recompute", f"unknown value {self.recipe_recompute!r}",
-                             "choose one of " + ", ".join(RECIPE_RECOMPUTE))
-        if self.attention_kernel not in ATTENTION_KERNELS:
-            raise InputError("training.attention_kernel", f"unknown kernel {self.attention_kernel!r}",
-                             "choose one of " + ", ".join(ATTENTION_KERNELS))
-        for name in ("zero2_grad_reduce", "zero01_grad_reduce"):
-            if getattr(self, name) not in ZERO2_REDUCE:
-                raise InputError(f"training.{name}", f"unknown value {getattr(self, name)!r}",
-                                 "choose one of " + ", ".join(ZERO2_REDUCE))
-        for name in ("zero3_grad_reduce", "bf16_zero1_grad_reduce"):
-            if getattr(self, name) not in ZERO3_GRAD_REDUCE:
-                raise InputError(f"training.{name}", f"unknown value {getattr(self, name)!r}",
-                                 "choose one of " + ", ".join(ZERO3_GRAD_REDUCE))
-        if self.zero3_under_pipeline not in ZERO3_UNDER_PIPELINE:
-            raise InputError("training.zero3_under_pipeline", f"unknown value {self.zero3_under_pipeline!r}",
-                             "choose one of " + ", ".join(ZERO3_UNDER_PIPELINE))
-        if self.grad_buffer not in GRAD_BUFFERS:
-            raise InputError("training.grad_buffer", f"unknown value {self.grad_buffer!r}",
-                             "choose one of " + ", ".join(GRAD_BUFFERS))
-        if self.context_parallel_kind not in CP_KINDS:
-            raise InputError("training.context_parallel_kind", f"unknown flavour {self.context_parallel_kind!r}",
-                             "choose one of " + ", ".join(CP_KINDS))
-        if self.cp_allgather_backward not in CP_ALLGATHER_BACKWARD:
-            raise InputError("training.cp_allgather_backward", f"unknown value {self.cp_allgather_backward!r}",
-                             "choose one of " + ", ".join(CP_ALLGATHER_BACKWARD))
-        if self.cross_entropy not in CROSS_ENTROPY_IMPLS:
-            raise InputError("training.cross_entropy", f"unknown implementation {self.cross_entropy!r}",
-                             "choose one of " + ", ".join(CROSS_ENTROPY_IMPLS))
+        for name, allowed, noun in _TRAINING_CHOICES:
+            value = getattr(self, name)
+            if value not in allowed:
+                raise InputError(f"training.{name}", f"unknown {noun} {value!r}", "choose one of " + ", ".join(allowed))
         if self.grad_reduce_bytes not in (2.0, 4.0):
             raise InputError("training.grad_reduce_bytes", f"must be 2 or 4, got {self.grad_reduce_bytes!r}")
         if self.fp8_recipe not in FP8_RECIPES:

@@ -9,30 +9,21 @@ import numpy as np
 import pytest
 
 from cost_models import context_parallel as cpm
-from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
-from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.gpu_spec import GPUSpec
 from model_specs import load_model
 from simulator.parallel_config import CPKind, ParallelConfig
+from toy_hardware import NIC, NVLINK, toy_cluster, toy_efficiency
 
-NVLINK = 400e9
-NIC = 50e9
 MIB = 2**20
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    gpu = GPUSpec(name="toy", generation="toy", peak_flops_per_s={"bf16": 1e15}, hbm_bytes=80e9,
-                  hbm_bw_bytes_per_s=3e12, scaleup_bw_bytes_per_s=NVLINK, scaleup_domain_size=8)
-    return ClusterSpec(name="toy", gpu=gpu, gpus_per_node=8, scaleup=NetworkTier("nvlink", NVLINK, 0.0),
-                       scaleout=NetworkTier("infiniband", NIC, 0.0))
+    return toy_cluster()
 
 
 @pytest.fixture(scope="module")
 def eff():
-    return EfficiencyModel(generation="toy", gemm_peak_fraction={"bf16": 1.0}, gemm_half_dim=64,
-                           attention_peak_fraction=1.0, hbm_fraction=1.0, scaleup_fraction=1.0,
-                           scaleout_fraction=1.0, kernel_overhead_s=0.0)
+    return toy_efficiency()
 
 
 def test_allgather_is_a_cp_kind():

@@ -11,27 +11,18 @@ import pytest
 
 from cost_models import context_parallel as cpm
 from hardware_specs.catalog import load_stack
-from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
-from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError
-from hardware_specs.gpu_spec import GPUSpec
 from hardware_specs.stack_spec import TrainingBehaviour
 from model_specs import load_model
 
-NVLINK = 400e9
+from toy_hardware import NVLINK, toy_cluster, toy_efficiency
+
 MIB = 2**20
 
 
 @pytest.fixture(scope="module")
 def toy():
-    gpu = GPUSpec(name="toy", generation="toy", peak_flops_per_s={"bf16": 1e15}, hbm_bytes=80e9,
-                  hbm_bw_bytes_per_s=3e12, scaleup_bw_bytes_per_s=NVLINK, scaleup_domain_size=8)
-    cl = ClusterSpec(name="toy", gpu=gpu, gpus_per_node=8, scaleup=NetworkTier("nvlink", NVLINK, 0.0),
-                     scaleout=NetworkTier("infiniband", 50e9, 0.0))
-    eff = EfficiencyModel(generation="toy", gemm_peak_fraction={"bf16": 1.0}, gemm_half_dim=64,
-                          attention_peak_fraction=1.0, hbm_fraction=1.0, scaleup_fraction=1.0,
-                          scaleout_fraction=1.0, kernel_overhead_s=0.0)
-    return cl, eff
+    return toy_cluster(), toy_efficiency()
 
 
 def test_saved_backward_only_reduce_scatters_and_keeps_cp_times_the_local_kv(toy):

@@ -15,11 +15,8 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
 from hardware_specs.catalog import load_stack
-from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError
-from hardware_specs.gpu_spec import GPUSpec
 from hardware_specs.stack_files import stack_from_dict
 from paraplan import api
 from paraplan.cli import main
@@ -27,20 +24,14 @@ from planners import plan
 from planners.search_space import FIXABLE
 from simulator.stack_defaults import stack_cp_kind
 
-NVLINK = 400e9
+from toy_hardware import NVLINK, toy_cluster, toy_efficiency
+
 MIB = 2**20
 
 
 @pytest.fixture(scope="module")
 def toy():
-    gpu = GPUSpec(name="toy", generation="toy", peak_flops_per_s={"bf16": 1e15}, hbm_bytes=80e9,
-                  hbm_bw_bytes_per_s=3e12, scaleup_bw_bytes_per_s=NVLINK, scaleup_domain_size=8)
-    cluster = ClusterSpec(name="toy", gpu=gpu, gpus_per_node=8, scaleup=NetworkTier("nvlink", NVLINK, 0.0),
-                          scaleout=NetworkTier("infiniband", 50e9, 0.0))
-    eff = EfficiencyModel(generation="toy", gemm_peak_fraction={"bf16": 1.0}, gemm_half_dim=64,
-                          attention_peak_fraction=1.0, hbm_fraction=1.0, scaleup_fraction=1.0,
-                          scaleout_fraction=1.0, kernel_overhead_s=0.0)
-    return cluster, eff
+    return toy_cluster(), toy_efficiency()
 
 
 def test_each_stack_names_the_cp_flavour_its_framework_runs_with_its_source():
