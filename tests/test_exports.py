@@ -399,8 +399,9 @@ def test_cli_emit_torchtitan_ranks_and_predicts_on_the_torchtitan_stack_unless_t
     wrote that step into the torchtitan job: Llama-3-8B on 16 H100 at 64 sequences, the same plan
     (dp16 z2), "predicted 3.53 s/step" where the torchtitan profile gives 3.94 s (+12%; on 512
     H100 at a 4Mi batch 7.68 s against 8.90 s, +16%, and a plan the torchtitan profile ranks
-    5% behind its own best). Now the emitted framework's own profile prices the search, and a
-    --stack of another framework is named beside the prediction."""
+    5% behind its own best). Now the emitted framework's own profile prices the search (the
+    profile of the release the export writes, torchtitan-0.3), and a --stack of another framework
+    is named beside the prediction."""
     runner = CliRunner(mix_stderr=False) if "mix_stderr" in CliRunner.__init__.__code__.co_varnames else CliRunner()
     args = ["plan", "-m", "llama3-8b", "-c", CLUSTER, "-n", "16", "--global-batch", "64", "--emit", "torchtitan"]
 
@@ -410,12 +411,12 @@ def test_cli_emit_torchtitan_ranks_and_predicts_on_the_torchtitan_stack_unless_t
     ok = runner.invoke(cli, args)
     assert ok.exit_code == 0, ok.output
     assert "stack profile" not in ok.stderr
-    plan_row = api.plan("llama3-8b", CLUSTER, 16, global_batch=64, stack="torchtitan").iloc[0]
+    plan_row = api.plan("llama3-8b", CLUSTER, 16, global_batch=64, stack="torchtitan-0.3").iloc[0]
     assert f"dp={int(plan_row.dp)} tp={int(plan_row.tp)} pp={int(plan_row.pp)}" in ok.stdout
     fields = {k: (plan_row[k].item() if hasattr(plan_row[k], "item") else plan_row[k])
               for k in ("dp", "tp", "pp", "cp", "vpp", "micro_batch", "zero_stage", "recompute",
                         "recompute_num_layers", "offload_activation_layers", "sequence_parallel", "schedule")}
-    own = api.simulate("llama3-8b", CLUSTER, gpus=16, global_batch=64, stack="torchtitan", **fields).iloc[0]
+    own = api.simulate("llama3-8b", CLUSTER, gpus=16, global_batch=64, stack="torchtitan-0.3", **fields).iloc[0]
     other = api.simulate("llama3-8b", CLUSTER, gpus=16, global_batch=64, stack="megatron-core", **fields).iloc[0]
     assert predicted(ok.stdout) == pytest.approx(own.step_time_s, abs=0.005)
     assert own.step_time_s > 1.05 * other.step_time_s          # the two profiles differ on this plan

@@ -286,11 +286,12 @@ def test_a_gradient_reduction_after_every_micro_batch_is_what_torchtitan_runs_no
 
 
 def test_best_plan_for_torchtitan_ranks_on_its_own_stack_unless_given_a_table():
-    """Without stack=, api.best_plan_for('torchtitan', ...) plans on the torchtitan profile (as
-    plan --emit torchtitan does); a plan table given to it keeps the stack it was ranked on."""
+    """Without stack=, api.best_plan_for('torchtitan', ...) plans on the profile of the release
+    the export writes, torchtitan 0.3.0 (torchtitan-0.3.yaml, as plan --emit torchtitan does);
+    a plan table given to it keeps the stack it was ranked on."""
     from paraplan import api
     own = api.best_plan_for("torchtitan", "llama3-8b", "dgx-h100", 16, 64 * 8192)
-    assert own.iloc[0].stack == "torchtitan" and own.attrs["rank"] == 0
+    assert own.iloc[0].stack == "torchtitan-0.3" and own.attrs["rank"] == 0
     ranked = api.plan("llama3-8b", "dgx-h100", 16, 64 * 8192)
     assert ranked.attrs["stack"] == "megatron-core"
     given = api.best_plan_for("torchtitan", "llama3-8b", "dgx-h100", 16, 64 * 8192, plans=ranked)

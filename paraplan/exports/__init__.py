@@ -34,12 +34,14 @@ from planners.explain import slower_share
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 MODULES = {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed}
 #: the stack a plan for each framework is ranked and priced on when the caller names none: the
-#: framework's own profile where the catalog has one (``hardware_specs/stacks/torchtitan.yaml``),
+#: profile of the release the export writes where the catalog has one (torchtitan 0.3.0,
+#: ``paraplan.exports.torchtitan.RELEASE``: ``hardware_specs/stacks/torchtitan-0.3.yaml``, not
+#: 0.2.0's ``torchtitan.yaml``, whose CP backward gathers K/V again and whose attention is SDPA),
 #: else Megatron-Core's. A torchtitan launch priced on Megatron-Core's behaviour predicted
-#: Llama-3-70B on 512 H100 (dp64 tp4 pp2 vpp8 z2) at 7.68 s/step where the torchtitan profile gives
-#: 8.90 s, and ranked its plans by it.
+#: Llama-3-70B on 512 H100 (dp64 tp4 pp2 vpp8 z2) at 7.68 s/step where the torchtitan 0.2 profile
+#: gives 8.90 s, and ranked its plans by it.
 DEFAULT_STACK = DEFAULT_TRAINING_STACK
-FRAMEWORK_STACKS = {"torchtitan": "torchtitan"}
+FRAMEWORK_STACKS = {"torchtitan": "torchtitan-0.3"}
 #: the stack frameworks (``StackSpec.framework``) whose behaviour each export target runs
 STACK_FRAMEWORKS = {"megatron": ("megatron-core", "megatron-lm", "megatron-bridge", "nemo"),
                     "torchtitan": ("torchtitan",), "deepspeed": ("deepspeed",)}

@@ -194,7 +194,7 @@ def _settings(p: dict) -> dict:
     if cp > 1 and p["cp_kind"] != "allgather":
         raise InputError("cp_kind", f"{RELEASE} all-gathers K/V under context parallelism (FlexAttention: "
                          f"distributed/context_parallel/api.py), not the {p['cp_kind']} attention the plan prices",
-                         "plan with --stack torchtitan (its context parallelism is allgather) or --fix "
+                         "plan with --stack torchtitan-0.3 (its context parallelism is allgather) or --fix "
                          "cp_kind=allgather, or emit megatron")
     if cp > 1 and zero == 0:
         raise InputError("zero_stage", f"with context parallelism {RELEASE} shards the model with FSDP over the "
@@ -214,7 +214,7 @@ def _settings(p: dict) -> dict:
     if zero >= 2 and pp > 1 and not p.get("zero3_once_per_step", False):
         raise InputError("zero_stage", f"under a pipeline torchtitan's FSDP gathers each stage once a step and "
                          f"reduce-scatters once after its last backward; the plan priced ZeRO-{zero} per layer and "
-                         "micro-batch", "plan with --stack torchtitan (zero3_under_pipeline once_per_step)")
+                         "micro-batch", "plan with --stack torchtitan-0.3 (zero3_under_pipeline once_per_step)")
     m = p["global_batch"] // (dp * p["micro_batch"])
     if pp > 1 and schedule == Schedule.ONE_F_ONE_B and m < pp:
         # torch 2.13 torch/distributed/pipelining/schedules.py:1020-1024 (Schedule1F1B.__init__),
@@ -235,7 +235,7 @@ def _settings(p: dict) -> dict:
         raise InputError("zero_stage", f"torchtitan's ZeRO-{zero} is FSDP2 with reshard_after_forward 'never', which "
                          f"reshards after each backward and gathers the parameters again in each of the {m} "
                          "micro-batches' forwards; the plan priced them whole, gathered once after the step",
-                         "plan with --stack torchtitan (ZeRO-2 priced as FSDP2 runs it)")
+                         "plan with --stack torchtitan-0.3 (ZeRO-2 priced as FSDP2 runs it)")
     if zero == 0 and dp > 1 and (tp > 1 or pp > 1):
         raise InputError("zero_stage", "torchtitan runs plain DDP (ZeRO-0) only without TP or PP",
                          "use a plan with zero_stage >= 1 (FSDP2) for torchtitan")
@@ -244,7 +244,7 @@ def _settings(p: dict) -> dict:
         if set(priced) != set(SELECTIVE_CHECKPOINTS["per_op"]):
             raise InputError("recompute", "torchtitan's SelectiveAC saves attention and matmul outputs and recomputes "
                              f"every second matmul; the plan's selective recomputation ({', '.join(priced)}) is "
-                             "a different trade", "plan with --stack torchtitan (its selective is that policy), "
+                             "a different trade", "plan with --stack torchtitan-0.3 (its selective is that policy), "
                              "or with recompute none or full")
     if p["dtype"] == "fp16":
         raise InputError("dtype", "torchtitan trains in bfloat16 or float32 (mixed_precision_param), not fp16",
