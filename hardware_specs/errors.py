@@ -10,6 +10,7 @@ import math
 import numbers
 import os
 import re
+import sys
 from typing import Iterable
 
 import numpy as np
@@ -102,18 +103,39 @@ def check_spec_size(path, what: str) -> None:
                          "give the model, hardware or plan file itself")
 
 
-def require_positive(field: str, value: float, allow_zero: bool = False) -> None:
-    """Raise ``InputError`` unless ``value`` is a positive (or non-negative) finite number."""
+def as_float(value) -> float:
+    """``float(value)``, an integer too large for a float (``10**400``: Python raises
+    ``OverflowError``) read as ``inf`` with its sign, so each check that refuses a non-finite
+    number refuses it too; ``TypeError`` / ``ValueError`` as float() raises them."""
     try:
-        v = float(value)
+        return float(value)
+    except OverflowError:
+        return float("inf") if value > 0 else float("-inf")
+
+
+def is_finite(value) -> bool:
+    """``math.isfinite`` for any real number, False (not ``OverflowError``) for an integer too
+    large for a float, and (not numpy's ``TypeError``) for a Python int above 2**64."""
+    return math.isfinite(as_float(value))
+
+
+def require_positive(field: str, value: float, allow_zero: bool = False) -> None:
+    """Raise ``InputError`` unless ``value`` is a positive (or non-negative) finite number; an
+    integer too large for a float (``10**400``) is above the largest supported value."""
+    try:
+        v = as_float(value)
     except (TypeError, ValueError):
         raise InputError(field, f"expected a number, got {value!r}") from None
-    if v != v or v in (float("inf"), float("-inf")):
+    huge = isinstance(value, numbers.Integral) and v in (float("inf"), float("-inf"))
+    if huge and v > 0:
+        raise InputError(field, f"{shown_number(value)} is above the largest supported value "
+                         f"{sys.float_info.max:.3g}", "check the number")
+    if v != v or (v in (float("inf"), float("-inf")) and not huge):
         raise InputError(field, f"must be finite, got {value!r}")
     if allow_zero and v < 0:
-        raise InputError(field, f"must be >= 0, got {value!r}")
+        raise InputError(field, f"must be >= 0, got {shown_number(value)}")
     if not allow_zero and v <= 0:
-        raise InputError(field, f"must be > 0, got {value!r}")
+        raise InputError(field, f"must be > 0, got {shown_number(value)}")
 
 
 def require_plausible(field: str, value: float, low: float = 0.0, high: float = float("inf"),
@@ -121,8 +143,11 @@ def require_plausible(field: str, value: float, low: float = 0.0, high: float = 
     """``require_positive``, then ``low <= value <= high``: bounds many orders of magnitude past
     any real hardware, so a value outside them is a typo or a unit slip. Without them a finite
     but absurd input (a link of 1e-300 bytes/s) gives finite but absurd outputs (steps of 1e290 s)."""
+    if isinstance(value, numbers.Integral) and value > high:     # 10**400: its bound, not float's
+        raise InputError(field, f"{shown_number(value)} is above the plausible maximum {high:g}",
+                         "check the number and its unit")
     require_positive(field, value, allow_zero=allow_zero)
-    v = float(value)
+    v = as_float(value)
     if (v > 0 or not allow_zero) and v < low:
         raise InputError(field, f"{value!r} is below the plausible minimum {low:g}", "check the number and its unit")
     if v > high:
@@ -134,14 +159,37 @@ def require_plausible(field: str, value: float, low: float = 0.0, high: float = 
 MAX_INT_DIGITS = 30
 
 
-def whole_number(field: str, value, minimum: int = 1) -> int:
+def whole_number(field: str, value, minimum: int = 1, maximum: int | None = None) -> int:
     """``value`` as an int when it is a whole number >= ``minimum`` (an int, an integral float, a
     numpy integer), else ``InputError`` naming ``field``: nan, inf, 4096.7, a list, an array or
-    True are neither truncated nor left to int()'s ValueError / OverflowError / TypeError."""
+    True are neither truncated nor left to int()'s ValueError / OverflowError / TypeError. An
+    integer is whole however large (``10**400`` had raised ``OverflowError`` in ``math.isfinite``):
+    above ``maximum`` (where given) it is refused as above the largest supported value, as the
+    training options are, and a caller without one bounds it before any float arithmetic."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) \
-            or not math.isfinite(value) or value != int(value) or value < minimum:
-        raise InputError(field, f"must be a whole number >= {minimum}, got {value!r}")
+            or not (isinstance(value, numbers.Integral) or math.isfinite(value)) \
+            or value != int(value) or value < minimum:
+        raise InputError(field, f"must be a whole number >= {minimum}, got {shown_number(value)}")
+    if maximum is not None and value > maximum:
+        raise InputError(field, f"{as_given(value)} is above the largest supported value {maximum:,}",
+                         "check the number")
     return int(value)
+
+
+def digits_text(value) -> str | None:
+    """``"an integer of 401 digits"`` for an integer of more than ``MAX_INT_DIGITS`` digits, which
+    an error message gives by its size rather than in full (Python will not even write one of
+    over 4,300 digits); None for anything else."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_)) \
+            or abs(int(value)) < 10**MAX_INT_DIGITS:
+        return None
+    size = abs(int(value))
+    return f"an integer of {len(str(size)):,} digits" if size < 10**4000 else "an integer of over 4,000 digits"
+
+
+def shown_number(value) -> str:
+    """``value`` as an error message quotes it: ``repr``, or ``digits_text`` for a huge integer."""
+    return digits_text(value) or repr(value)
 
 
 def as_given(value) -> str:

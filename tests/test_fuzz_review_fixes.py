@@ -126,3 +126,96 @@ def test_a_best_sweep_row_cites_no_cli_option(tmp_path):
     import pandas as pd
     reason = pd.read_parquet(tmp_path / "o" / "results.parquet")["reason"].iloc[0]
     assert "raise max_tp to 16" in reason and "--" not in reason, reason
+
+
+# --- an integer too large for a float (10**400) is refused as above its bound, not exit 1 ------
+
+_HUGE = 10**400                 # float(10**400) raises OverflowError; 10**308 converts
+_SERVE = ("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100")
+
+
+@pytest.mark.parametrize("extra, says", [
+    (("--batch", _HUGE), "--batch: 10,000,"),
+    (("--mode", "disagg", "--decode-batch", _HUGE), "--decode-batch: 10,000,"),
+    (("--mode", "disagg", "--prefill-batch", _HUGE), "--prefill-batch: 10,000,"),
+    (("--isl", _HUGE), "isl: longer than 10 million tokens"),
+    (("--osl", _HUGE), "osl: longer than 10 million tokens"),
+    (("--tp", _HUGE), "--tp: a worker of tp 10,000,"),
+    (("--pp", _HUGE), "--pp: a worker of tp 1 x pp 10,000,"),
+    (("--workers", _HUGE), "--workers: the deployment spans 10,000,"),
+    (("--speculative-tokens", _HUGE), "--speculative-tokens: must be a whole number in [0, 16]"),
+])
+def test_serve_simulate_refuses_an_integer_too_large_for_a_float_naming_the_option(extra, says):
+    one_line_error(run(*_SERVE, *extra), says)
+
+
+@pytest.mark.parametrize("batch", [10**308, _HUGE, 2**24 + 1])
+def test_a_serving_batch_above_serve_plans_max_batch_bound_is_refused_with_the_bound(batch):
+    # 10**308 requests were told they 'need inf GiB of KV cache': serve plan's --max-batch range
+    # (1 .. 2**24 = 16,777,216) bounds serve simulate's per-rank batch too
+    line = one_line_error(run(*_SERVE, "--batch", batch),
+                          f"--batch: {batch:,} is above the largest supported value 16,777,216")
+    assert "inf" not in line
+
+
+@pytest.mark.parametrize("extra, says", [
+    (("-n", _HUGE), "--gpus: "),
+    (("-n", 8, "--isl", _HUGE), "--isl: 10,000,"),
+    (("-n", 8, "--osl", _HUGE), "--osl: 10,000,"),
+])
+def test_serve_plan_refuses_an_integer_too_large_for_a_float_naming_the_option(extra, says):
+    one_line_error(run("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", *extra), says)
+
+
+def test_the_shared_number_checks_read_an_integer_too_large_for_a_float():
+    from hardware_specs.errors import InputError, is_finite, require_plausible, require_positive, whole_number
+    assert is_finite(10**308) and not is_finite(_HUGE) and not is_finite(-_HUGE) and is_finite(10**30)
+    assert whole_number("x", _HUGE) == _HUGE                 # whole however large: its caller bounds it
+    with pytest.raises(InputError, match=r"x: 10,000,.* is above the largest supported value 16 \(check"):
+        whole_number("x", _HUGE, maximum=16)
+    with pytest.raises(InputError, match=r"^x: an integer of 401 digits is above the largest supported value"):
+        require_positive("x", _HUGE)
+    with pytest.raises(InputError, match=r"^x: must be > 0, got an integer of 401 digits$"):
+        require_positive("x", -_HUGE)
+    with pytest.raises(InputError, match=r"^x: an integer of 401 digits is above the plausible maximum 1000"):
+        require_plausible("x", _HUGE, 1.0, 1e3)
+
+
+def test_the_apis_refuse_an_integer_too_large_for_a_float_as_input_errors_and_sweeps_record_them():
+    from hardware_specs.catalog import load_gpu
+    from hardware_specs.errors import InputError
+    from paraplan import api, serving_api as sa
+    with pytest.raises(InputError, match=r"^tp: 10,000,.* is above the largest supported value 16,777,216"):
+        api.simulate("gpt3-125m", "dgx-h100", gpus=8, global_batch=16, tp=_HUGE)
+    with pytest.raises(InputError, match=r"^hbm_gib: an integer of 401 digits is above the plausible maximum"):
+        api.what_if_gpu(load_gpu("h100-sxm-80gb"), hbm_gib=_HUGE)
+    with pytest.raises(InputError, match=r"^scaleout_gbit_per_s: an integer of 401 digits is above the plausible"):
+        api.what_if_cluster("dgx-h100", scaleout_gbit_per_s=_HUGE)
+    for kwargs, says in ((dict(gpus=_HUGE), "^--gpus: "), (dict(gpus=8, isl=_HUGE), "^--isl: 10,000,"),
+                         (dict(gpus=8, max_batch=_HUGE), "^--max-batch: 10,000,.* above the largest supported "
+                                                         "value 16,777,216")):
+        with pytest.raises(InputError, match=says):
+            sa.serve_plan("llama3.1-8b", "dgx-h100", **kwargs)
+    with pytest.raises(InputError, match=r"^batch: 10,000,.* is above the largest supported value 16,777,216"):
+        sa.serve_simulate("llama3.1-8b", "dgx-h100", batch=_HUGE)
+    err = sa.serve_sweep(dict(model="llama3.1-8b", system="dgx-h100"), "batch", [_HUGE]).error.iloc[0]
+    assert err.startswith("batch: 10,000,") and "16,777,216" in err
+    rows = api.sweep(dict(model="gpt3-125m", cluster="dgx-h100", gpus=8, global_batch=16), "tp", [_HUGE],
+                     on_error="skip")
+    assert rows.error.iloc[0].startswith("tp: 10,000,") and "16,777,216" in rows.error.iloc[0]
+
+
+@pytest.mark.parametrize("slo", ["ttft_ms", "tpot_ms"])
+def test_a_serving_slo_given_as_an_int_above_2_64_is_read_as_the_number_it_is(slo):
+    # np.isfinite(10**30) raised TypeError; a 10**30 ms objective is as loose as 1e30 (no bound)
+    from planners.serving.search import plan_serving
+    from hardware_specs.errors import InputError
+    from simulator.serving.context import ServingContext
+    ctx = ServingContext.build("llama3.1-8b", "dgx-h100", "vllm", "bf16", "bf16")
+    objective = dict(ttft_ms=1000.0, tpot_ms=50.0)
+    with pytest.raises(InputError, match=f"--{slo.replace('_', '-')}: must be a finite number > 0"):
+        plan_serving(ctx, 8, 1024, 1024, **{**objective, slo: -(10**30)}, modes=("agg",), max_batch=16)
+    with pytest.raises(InputError, match=f"--{slo.replace('_', '-')}: must be a finite number > 0"):
+        plan_serving(ctx, 8, 1024, 1024, **{**objective, slo: _HUGE}, modes=("agg",), max_batch=16)
+    loose = plan_serving(ctx, 1, 1024, 1024, **{**objective, slo: 10**30}, modes=("agg",), max_batch=16)
+    assert loose.best is not None

@@ -32,12 +32,13 @@ import numpy as np
 import pandas as pd
 
 from cost_models.weight_formats import WEIGHT_FORMATS, weight_bytes
-from hardware_specs.errors import InputError, whole_number
+from hardware_specs.errors import InputError, is_finite, whole_number
 from planners.serving.labels import prompts_per_step, worker_labels
 from planners.serving.pareto import pareto_front
 from planners.serving.space import with_batches, worker_layouts
 from simulator.serving.aggregated import evaluate_agg, memory_columns, synchronised_wait_s
 from simulator.serving.disaggregated import combine, decode_side, mdc_wait_s, prefill_side
+from simulator.serving.deployment import MAX_BATCH, MAX_REQUEST_TOKENS
 
 PREFILL_BATCHES = (1, 2, 4, 8)
 #: the stride of the first pass over every batch a layout holds under an SLO (``_search_batches``):
@@ -899,14 +900,17 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
     if rank_by not in RANKINGS:
         raise InputError("--rank-by", f"unknown ranking {rank_by!r}", "use per-gpu or total")
     # a fractional max_batch never settled the batch bisection (64 .. 64.5 forever); 8.0 is 8
-    gpus, isl, osl, max_batch = (whole_number(name, value) for name, value in (
-        ("--gpus", gpus), ("--isl", isl), ("--osl", osl), ("--max-batch", max_batch)))
+    # bounded before any float arithmetic (10**400 overflowed a float; serve plan's --max-batch range)
+    gpus, isl, osl, max_batch = (whole_number(name, value, maximum=most) for name, value, most in (
+        ("--gpus", gpus, None), ("--isl", isl, MAX_REQUEST_TOKENS), ("--osl", osl, MAX_REQUEST_TOKENS),
+        ("--max-batch", max_batch, MAX_BATCH)))
     if isinstance(modes, str) or not modes or any(m not in ("agg", "disagg") for m in modes):
         raise InputError("--mode", f"modes must be a non-empty list of agg / disagg, got {modes!r}",
                          "search ('agg',), ('disagg',) or ('agg', 'disagg')")
     for name, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
         # True is an int to Python, and was taken as 1 ms
-        if isinstance(value, (bool, np.bool_)) or not (isinstance(value, numbers.Real) and np.isfinite(value)
+        # is_finite: np.isfinite raised TypeError on a Python int above 2**64 (ttft_ms=10**30)
+        if isinstance(value, (bool, np.bool_)) or not (isinstance(value, numbers.Real) and is_finite(value)
                                                        and value > 0):
             raise InputError(name, f"must be a finite number > 0, got {value!r}")
     if not isinstance(allow_pp, (bool, np.bool_)):       # "no" is truthy: it had allowed pipeline stages

@@ -18,6 +18,11 @@ from hardware_specs.errors import InputError, whole_number
 from simulator.parallel_config import MAX_GPUS
 
 MODES = ("agg", "disagg")
+#: the most tokens one request may hold, prompt or output (10 million: past every model's context)
+MAX_REQUEST_TOKENS = 10_000_000
+#: the most requests one rank keeps in flight (or prompts it prefills per step): serve plan's
+#: ``--max-batch`` bound; larger is a typo, whose KV cache overflowed a float (``inf GiB``)
+MAX_BATCH = 2**24
 
 
 @dataclass(frozen=True)
@@ -165,8 +170,8 @@ class Deployment:
             check_osl(self.osl)
         for name, least in (("isl", 1), ("osl", 2)):
             object.__setattr__(self, name, whole_number(name, getattr(self, name), least))
-        if self.isl > 10_000_000 or self.osl > 10_000_000:
-            raise InputError("isl" if self.isl > 10_000_000 else "osl", "longer than 10 million tokens",
+        if self.isl > MAX_REQUEST_TOKENS or self.osl > MAX_REQUEST_TOKENS:
+            raise InputError("isl" if self.isl > MAX_REQUEST_TOKENS else "osl", "longer than 10 million tokens",
                              "give a request length a model can serve")
         for name in ("workers", "prefill_workers", "decode_workers"):
             object.__setattr__(self, name, whole_number(name, getattr(self, name)))
@@ -177,6 +182,12 @@ class Deployment:
             if self.prefill is None or self.decode is None:
                 raise InputError("prefill" if self.prefill is None else "decode",
                                  "missing for a disaggregated deployment", "give both worker layouts")
+        sides = ((self.layout, "--batch"),) if self.mode == "agg" else (
+            (self.prefill, "--prefill-batch"), (self.decode, "--decode-batch"))
+        for lay, option in sides:
+            if lay.batch > MAX_BATCH:
+                raise InputError(option, f"{lay.batch:,} is above the largest supported value {MAX_BATCH:,}",
+                                 "check the number")
         if self.gpus > MAX_GPUS:        # as a training job: larger is a typo, and TTFTs would reach 1e39 s
             refuse_too_many_gpus(self)
 
