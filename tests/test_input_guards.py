@@ -200,6 +200,10 @@ def _damaged(tmp_path, source, name, edit, rows=4):
     return path
 
 
+#: a CSV cell of 400 digits (pandas reads it as a Python int, too large for a float)
+_DIGITS_400 = "1" + "0" * 400
+
+
 def _files():
     from paraplan.validation.datasets import PUBLISHED_RUNS, SERVING_RUNS, validation_file
     return validation_file(PUBLISHED_RUNS), validation_file(SERVING_RUNS)
@@ -249,6 +253,42 @@ def test_a_row_with_an_impossible_value_is_skipped_with_that_reason(tmp_path, wh
     first = [r for r in rows if r["id"] == rows[0]["id"]]       # a serving row has one record per metric
     assert {r["status"] for r in first} == {"skipped"}
     assert first[0]["reason"] == reason
+
+
+@pytest.mark.parametrize("which, column, reason", [
+    *[("published", col, f"{col} (an integer of 401 digits) is not a finite number")
+      for col in ("tp", "n_gpus", "global_batch", "seq_len", "hidden")],
+    ("published", "measured_value", "measured_value is not a finite number"),
+    *[("serving", col, f"{col} (an integer of 401 digits) is not a whole number from {low} to 16,777,216")
+      for col, low in (("batch_size", 1), ("isl", 1), ("osl", 1), ("tp_size", 0))],
+])
+def test_a_cell_of_400_digits_skips_its_row_with_a_reason_not_an_internal_error(tmp_path, which, column, reason):
+    # pandas reads the one row's cell as an int too large for a float: float() raised
+    # OverflowError, exit 1 'internal' for the whole file; it is skipped as an inf cell is
+    import json
+    source = _files()[which == "serving"]
+    path = _damaged(tmp_path, source, "bad.csv", lambda r: r[1].__setitem__(r[0].index(column), _DIGITS_400),
+                    rows=1)
+    result = run("validate", which, path, "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert {r["status"] for r in rows} == {"skipped"} and rows[0]["reason"] == reason
+
+
+def test_a_serving_rows_measurement_of_400_digits_skips_that_metric_as_an_inf_cell_does(tmp_path):
+    # float() of the int pandas reads raised OverflowError: exit 1 'internal' for the whole file
+    import json
+    _, source = _files()
+    reasons = {}
+    for cell in (_DIGITS_400, "inf"):
+        path = _damaged(tmp_path, source, "bad.csv", lambda r: r[1].__setitem__(r[0].index("silicon_ttft_ms"), cell),
+                        rows=1)
+        result = run("validate", "serving", path, "--json")
+        assert result.exit_code == 0, result.output
+        ttft = {r["metric"]: r for r in json.loads(result.stdout)}["ttft_ms"]
+        assert ttft["status"] == "skipped"
+        reasons[cell] = ttft["reason"]
+    assert reasons[_DIGITS_400] == reasons["inf"]
 
 
 def test_a_serving_rows_damaged_measurement_skips_that_metric_not_an_inf_error():

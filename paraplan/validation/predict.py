@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware_specs.catalog import efficiency_for_cluster
+from hardware_specs.errors import as_float
 from paraplan.validation.csv_structure import id_text
 from paraplan.validation.flops_conventions import CONVENTIONS
 from paraplan.validation.published import RowInputs, Skip, row_inputs, run_conventions, source_of
@@ -138,7 +139,7 @@ def prepare(records, on_skip=None) -> Prepared:
             inp = row_inputs(row, conventions.get(id_text(row.get("run_id")), frozenset()))
             shown = id_text(value)
             try:
-                value = float(value)
+                value = as_float(value)         # 400 digits: inf, refused below (not OverflowError)
             except (TypeError, ValueError):
                 raise Skip(f"measured_value {shown[:40]!r} is not a number" if shown else "measured_value empty") from None
             if math.isnan(value):

@@ -12,7 +12,7 @@ from functools import lru_cache
 import numpy as np
 
 from cost_models.params import total_params
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, as_float, digits_text
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 
@@ -49,13 +49,14 @@ def _num(row, col):
             raise Skip(f"{col} '{str(v).lower()}' is not a number")
         return None
     try:
-        x = float(v)
+        x = as_float(v)         # a cell of 400 digits (read as an int) is inf, not OverflowError
     except (TypeError, ValueError):
         if col in NUMERIC_COLUMNS:
             raise Skip(f"{col} '{v}' is not a number") from None
         return None
     if not math.isfinite(x):
-        raise Skip(f"{col} '{v}' is not a finite number")
+        huge = digits_text(v)          # a 400-digit cell by its size, not quoted in full
+        raise Skip(f"{col} {f'({huge})' if huge else repr(str(v))} is not a finite number")
     return x
 
 

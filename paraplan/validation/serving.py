@@ -113,7 +113,7 @@ from hardware_specs.catalog import load_cluster, load_stack, serving_release_mat
 from hardware_specs.release_match import ReleaseMatch, release_numbers
 from hardware_specs.yaml_files import is_file
 from cost_models.weight_formats import slice_holds_whole_blocks
-from hardware_specs.errors import InputError, not_a_file
+from hardware_specs.errors import InputError, as_float, digits_text, not_a_file
 from hardware_specs.serving_efficiency import ServingEfficiency
 from model_specs.catalog import load_model
 from paraplan.validation.csv_structure import (SHORT_ROW_COLUMN, check_csv_structure, header_names, id_text,
@@ -245,12 +245,13 @@ def _value_problem(row: dict) -> str | None:
         if isinstance(v, (bool, np.bool_)):     # a column of true / false, which float() reads as 1 / 0
             return f"{col} '{str(v).lower()}' is not a number"
         try:
-            x = float(v)
+            x = as_float(v)         # a cell of 400 digits (read as an int) is inf, not OverflowError
         except (TypeError, ValueError):
             return f"{col} {v!r} is not a number"
         low = 1 if col in _FROM_ONE else 0
         if not math.isfinite(x) or x != round(x) or not low <= x <= MAX_ROW_VALUE:
-            return f"{col} {x:g} is not a whole number from {low} to {MAX_ROW_VALUE:,}"
+            huge = digits_text(v)      # a 400-digit cell by its size, not as inf
+            return f"{col} {f'({huge})' if huge else f'{x:g}'} is not a whole number from {low} to {MAX_ROW_VALUE:,}"
     return None
 
 
@@ -258,7 +259,7 @@ def _num(value) -> float:
     if isinstance(value, (bool, np.bool_)):     # true is no measurement (float(True) is 1)
         return math.nan
     try:
-        v = float(value)
+        v = as_float(value)
     except (TypeError, ValueError):
         return math.nan
     return v if math.isfinite(v) else math.nan
