@@ -219,3 +219,13 @@ def test_a_serving_slo_given_as_an_int_above_2_64_is_read_as_the_number_it_is(sl
         plan_serving(ctx, 8, 1024, 1024, **{**objective, slo: _HUGE}, modes=("agg",), max_batch=16)
     loose = plan_serving(ctx, 1, 1024, 1024, **{**objective, slo: 10**30}, modes=("agg",), max_batch=16)
     assert loose.best is not None
+
+
+@pytest.mark.parametrize("kind, extra", [("pareto", ()), ("pareto", ("-n", 16)), ("breakdown", ())])
+def test_a_plot_on_a_pooled_cluster_says_so_first_not_that_gpus_or_the_batch_are_missing(tmp_path, kind, extra):
+    # pareto without -n said '--gpus: missing', and given -n 16 then refused the pooled cluster
+    from pathlib import Path
+    pooled = Path(__file__).resolve().parents[1] / "examples" / "clusters" / "a100-h100.yaml"
+    one_line_error(run("plot", kind, "-m", "llama3-8b", "-c", pooled, *extra, "-o", tmp_path / "p.png"),
+                   "error: cluster a100-h100: lists 2 pools: it is a pooled (mixed) cluster")
+    assert not (tmp_path / "p.png").exists()

@@ -231,7 +231,11 @@ def check_title(title: str) -> None:
 
 def _base(opts: dict, kind: str, field: str | None = None) -> dict:
     """``api.simulate`` keyword arguments from the options (None = not given); the batch may be
-    left out when ``field`` sweeps it."""
+    left out when ``field`` sweeps it. A pooled (mixed) cluster, which no plot draws, is refused
+    first: it had been told '--gpus: missing', and with --gpus given, then refused."""
+    if field != "cluster" and opts.get("cluster") is not None:
+        from hardware_specs.catalog import load_cluster
+        load_cluster(opts["cluster"])       # InputError: 'it is a pooled (mixed) cluster, ...'
     if kind != "roofline" and opts["global_batch"] is None and opts["global_batch_tokens"] is None \
             and field not in ("global_batch", "global_batch_tokens"):
         raise InputError("--global-batch", "missing", "give --global-batch SEQUENCES or --global-batch-tokens TOKENS")
