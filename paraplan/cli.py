@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 from contextlib import contextmanager
 import enum
+import errno
 import importlib
 import json
 import math
@@ -137,21 +138,46 @@ def _refuse_input(target: Path, field: str) -> None:
                 raise InputError(field, f"{target} is also the file read by {name}", "write the output elsewhere")
 
 
+def output_folder(path: str | os.PathLike, field: str = "--out") -> Path:
+    """The existing folder ``path`` is to be written in, else the ``InputError`` naming ``field``:
+    a missing folder, a path through a regular file (``o/h.json/x.json`` had been told that
+    folder o/h.json 'does not exist'), or a name the system refuses (a file name over 255 bytes
+    printed ``error: io: [Errno 36] File name too long``, naming no option)."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    try:
+        if not folder.is_dir():
+            if folder.exists():
+                raise InputError(field, f"{folder} is a file, not a folder", "give a path in a folder")
+            raise InputError(field, f"folder {folder} does not exist", "create it first or pick another path")
+        os.path.lexists(target)         # raises what the name alone makes impossible (too long)
+        target.is_dir()
+    except OSError as exc:
+        shown = str(path) if len(str(path)) <= 60 else str(path)[:57] + "..."
+        raise InputError(field, f"cannot write {shown}: {exc.strerror or exc}",
+                         "give a shorter file name" if exc.errno == errno.ENAMETOOLONG else "pick another path") from None
+    return folder
+
+
+def _temp_prefix(target: Path) -> str:
+    """The prefix of the temp file an output is written to before its rename: the name's first
+    100 characters (a name near the system's 255-byte limit made the temp name too long)."""
+    return f".{target.name[:100]}."
+
+
 def check_writable(path: str | os.PathLike, field: str = "--out") -> None:
     """Fail early (before long work) if ``path``'s folder is missing or not writable; writes nothing
     that stays."""
     if str(path) == "":         # Path("") is ".", which was said to be a folder
         raise InputError(field, "the file name is empty", "give a file name")
     target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(field, f"folder {folder} does not exist", "create it first or pick another path")
+    folder = output_folder(path, field)
     if target.is_dir() or str(path).endswith(("/", os.sep)):
         raise InputError(field, f"{path} is a folder", "give a file name")
     _refuse_special(target, field)
     _refuse_input(target, field)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=folder)
     except OSError as exc:
         raise InputError(field, f"cannot write in {folder}: {exc.strerror}") from None
     os.close(fd)
@@ -195,12 +221,10 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
     On any failure the temp file is removed and ``path`` is left as it was.
     """
     target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError("--out", f"folder {folder} does not exist", "create it first or pick another path")
+    folder = output_folder(path, "--out")
     _refuse_special(target, "--out")
     mode = "wb" if isinstance(data, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=folder)
     try:
         os.chmod(tmp, _umask_mode())      # mkstemp makes 0600; give the file ordinary permissions
         with os.fdopen(fd, mode, **({} if mode == "wb" else {"encoding": "utf-8", "newline": ""})) as fh:
@@ -219,14 +243,12 @@ def atomic_output_path(path: str | os.PathLike, write, field: str = "--out") -> 
     """Run ``write(tmp_path)`` for a writer that needs a file name (matplotlib, trace writers),
     then rename the result over ``path``; nothing is left behind if ``write`` fails."""
     target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(field, f"folder {folder} does not exist", "create it first or pick another path")
+    folder = output_folder(path, field)
     if str(path).endswith(("/", os.sep)):
         raise InputError(field, f"{path} is a folder", "give a file name")
     _refuse_special(target, field)
     _refuse_input(target, field)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=target.suffix or ".tmp", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem[:100]}.", suffix=target.suffix or ".tmp", dir=folder)
     os.close(fd)
     try:
         os.chmod(tmp, _umask_mode())

@@ -229,3 +229,27 @@ def test_a_plot_on_a_pooled_cluster_says_so_first_not_that_gpus_or_the_batch_are
     one_line_error(run("plot", kind, "-m", "llama3-8b", "-c", pooled, *extra, "-o", tmp_path / "p.png"),
                    "error: cluster a100-h100: lists 2 pools: it is a pooled (mixed) cluster")
     assert not (tmp_path / "p.png").exists()
+
+
+@pytest.mark.parametrize("args, field", [
+    (("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "--json", "--out"), "--out"),
+    (("simulate", "-m", "gpt3-125m", "-c", "dgx-h100", "-n", 8, "--global-batch", 16, "--gantt"), "--gantt"),
+])
+def test_an_output_path_the_system_refuses_or_through_a_file_is_named_as_its_option(tmp_path, args, field):
+    suffix = ".json" if field == "--out" else ".png"
+    # a name over 255 bytes: 'error: io: [Errno 36] File name too long', naming no option
+    one_line_error(run(*args, tmp_path / ("a" * 300 + suffix)), f"error: {field}: cannot write ",
+                   "File name too long (give a shorter file name)")
+    # a folder that is a regular file had been said not to exist
+    (tmp_path / "h.json").write_text("{}")
+    one_line_error(run(*args, tmp_path / "h.json" / f"x{suffix}"), f"error: {field}: {tmp_path / 'h.json'} is a file, "
+                   "not a folder")
+    assert (tmp_path / "h.json").read_text() == "{}" and sorted(p.name for p in tmp_path.iterdir()) == ["h.json"]
+
+
+def test_an_output_name_near_the_systems_limit_is_written_its_temp_name_kept_short(tmp_path):
+    # the temp file '.<name>.XXXXXXXX.tmp' of a 250-character name was over 255 bytes
+    out = tmp_path / ("b" * 245 + ".json")
+    result = run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "--json", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]
