@@ -29,6 +29,7 @@ lists them); other accelerators keep the single Simple-like line without a base 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -180,3 +181,65 @@ def tree_correction_boundaries(protocol: Protocol):
         return ()
     below = (1.0,) + tuple(table)
     return tuple((64.0 * 2.0**k, below[k]) for k in range(len(table) + 1) if below[k] != (table + (1.0,))[k])
+
+
+def _read_only(values, dtype=float) -> np.ndarray:
+    a = np.array(values, dtype=dtype)
+    a.setflags(write=False)
+    return a
+
+
+@dataclass(frozen=True)
+class ProtocolColumns:
+    """The per-protocol constants of ``protocols_for(generation)`` as read-only arrays, one
+    element per protocol in that order (the same floats the ``Protocol`` fields and the functions
+    above give one protocol at a time), so a collective's envelope over the protocols is computed
+    on a leading protocol axis in one pass of array operations.
+
+    ring_net_overhead: ``ring_net_overhead_ratio``; ll_capped: ``generation_capped``;
+    tree_tables: (protocols, buckets) ``treeCorrectionFactor`` rows (None off NCCL);
+    edges / factors_below / edge_valid: (protocols, most boundaries) ``tree_correction_boundaries``,
+    padded (edge 0, factor 1, not valid) where a protocol has fewer."""
+    ring_base_latency_s: np.ndarray
+    nvlink_hop_ratio: np.ndarray
+    net_hop_ratio: np.ndarray
+    tree_net_hop_ratio: np.ndarray
+    tree_nvlink_hop_ratio: np.ndarray
+    tree_base_latency_s: np.ndarray
+    bw_fraction: np.ndarray
+    tree_bw_fraction: np.ndarray
+    ring_net_overhead: np.ndarray
+    ll_capped: np.ndarray
+    any_capped: bool
+    tree_tables: np.ndarray | None
+    edges: np.ndarray
+    factors_below: np.ndarray
+    edge_valid: np.ndarray
+
+
+@lru_cache(maxsize=None)
+def protocol_columns(generation: str) -> ProtocolColumns:
+    """``ProtocolColumns`` of ``generation``'s protocols (a pure function of the module's
+    constants, computed once per generation)."""
+    protos = protocols_for(generation)
+    tables = [_TREE_CORRECTION.get(p.name) for p in protos]
+    bounds = [tree_correction_boundaries(p) for p in protos]
+    width = max(len(b) for b in bounds)
+    pad = [list(b) + [(0.0, 1.0)] * (width - len(b)) for b in bounds]
+    return ProtocolColumns(
+        ring_base_latency_s=_read_only([p.ring_base_latency_s for p in protos]),
+        nvlink_hop_ratio=_read_only([p.nvlink_hop_ratio for p in protos]),
+        net_hop_ratio=_read_only([p.net_hop_ratio for p in protos]),
+        tree_net_hop_ratio=_read_only([p.tree_net_hop_ratio for p in protos]),
+        tree_nvlink_hop_ratio=_read_only([p.tree_nvlink_hop_ratio for p in protos]),
+        tree_base_latency_s=_read_only([p.tree_base_latency_s for p in protos]),
+        bw_fraction=_read_only([p.bw_fraction for p in protos]),
+        tree_bw_fraction=_read_only([p.tree_bw_fraction for p in protos]),
+        ring_net_overhead=_read_only([ring_net_overhead_ratio(p, generation) for p in protos]),
+        ll_capped=_read_only([p.generation_capped for p in protos], dtype=bool),
+        any_capped=any(p.generation_capped for p in protos),
+        tree_tables=None if any(t is None for t in tables) else _read_only(tables),
+        edges=_read_only([[e for e, _ in row] for row in pad]).reshape(len(protos), width),
+        factors_below=_read_only([[f for _, f in row] for row in pad]).reshape(len(protos), width),
+        edge_valid=_read_only([[i < len(b) for i in range(width)] for b in bounds], dtype=bool).reshape(len(protos), width),
+    )

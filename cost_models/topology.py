@@ -231,18 +231,27 @@ def _ring_protocol_envelope_s(kind, bytes_, group_size, n_intra, n_inter, spans,
     LL128 8.5 us against the ring's 2.7, 4.0), and on a ring across nodes an in-node hop costs at
     least the proxy's overhead (line 353, ``nccl_protocols.ring_net_overhead_ratio``).
     """
-    best = None
+    # every protocol at once along a leading axis (``nccl_protocols.protocol_columns``): the same
+    # operations on each element as one protocol at a time, in one pass of array operations
+    cols = nccl_protocols.protocol_columns(generation)
+    col = _protocol_axis(bytes_, group_size, n_intra, n_inter, spans, ring_bw, lat_i, lat_o)
     one_per_node = np.asarray(n_intra, dtype=float) <= 1.0
-    for proto in nccl_protocols.protocols_for(generation):
-        hop_i = lat_i * proto.nvlink_hop_ratio
-        hop_o = lat_o * np.where(one_per_node, proto.tree_net_hop_ratio, proto.net_hop_ratio)
-        hop_i = np.where(spans, np.maximum(hop_i, lat_i * nccl_protocols.ring_net_overhead_ratio(proto, generation)),
-                         hop_i)
-        lat = np.where(spans, ring_step_latency_s(group_size, n_inter, hop_i, hop_o), hop_i)
-        bw = nccl_protocols.protocol_bus_bw(proto, ring_bw, n_inter, generation)
-        t = _FLAT[kind](bytes_, group_size, bw, lat) + proto.ring_base_latency_s
-        best = t if best is None else np.minimum(best, t)
-    return best
+    hop_i = lat_i * col(cols.nvlink_hop_ratio)
+    hop_o = lat_o * np.where(one_per_node, col(cols.tree_net_hop_ratio), col(cols.net_hop_ratio))
+    hop_i = np.where(spans, np.maximum(hop_i, lat_i * col(cols.ring_net_overhead)), hop_i)
+    lat = np.where(spans, ring_step_latency_s(group_size, n_inter, hop_i, hop_o), hop_i)
+    bw = np.asarray(ring_bw, dtype=float) * col(cols.bw_fraction)          # protocol_bus_bw
+    if cols.any_capped:
+        cap = nccl_protocols._ll_max_bus_bw(n_inter, nccl_protocols.LL_MAX_BUS_BW_BYTES_PER_S.get(generation, np.inf))
+        bw = np.where(col(cols.ll_capped), np.minimum(bw, cap), bw)
+    t = _FLAT[kind](bytes_, group_size, bw, lat) + col(cols.ring_base_latency_s)
+    return t.min(axis=0)
+
+
+def _protocol_axis(*args):
+    """A function reshaping a per-protocol column to broadcast along a leading axis against ``args``."""
+    nd = max(np.ndim(a) for a in args)
+    return lambda column: column.reshape(column.shape + (1,) * nd)
 
 
 def _tree_protocol_envelope_s(bytes_, n_intra, n_inter, bus_bw, lat_i, lat_o, generation):
@@ -259,19 +268,42 @@ def _tree_protocol_envelope_s(bytes_, n_intra, n_inter, bus_bw, lat_i, lat_o, ge
     The tuner's size-bucket ``treeCorrectionFactor`` (lines 555-569) scales the bandwidth; where
     it steps up, a message would run faster than one just below it, so the time is held at the
     largest time of any smaller message (each protocol's running maximum)."""
-    best = None
+    cols = nccl_protocols.protocol_columns(generation)
+    col = _protocol_axis(bytes_, n_intra, n_inter, bus_bw, lat_i, lat_o)
     n_intra = np.maximum(np.asarray(n_intra, dtype=float), 1.0)
     log_nodes = np.floor(np.log2(np.maximum(np.asarray(n_inter, dtype=float), 1.0)))
-    for proto in nccl_protocols.protocols_for(generation):
-        hop_i, hop_o = lat_i * proto.tree_nvlink_hop_ratio, lat_o * proto.tree_net_hop_ratio
-        lat = proto.tree_base_latency_s + 2.0 * ((n_intra - 1.0) * hop_i + log_nodes * hop_o)
-        bw = nccl_protocols.tree_bus_bw(proto, bus_bw, n_inter, generation)
-        size = np.asarray(bytes_, dtype=float)
-        t = 2.0 * size / (bw * nccl_protocols.tree_bw_correction(proto, size)) + lat
-        for edge, factor_below in nccl_protocols.tree_correction_boundaries(proto):
-            t = np.where(size >= edge, np.maximum(t, 2.0 * edge / (bw * factor_below) + lat), t)
-        best = t if best is None else np.minimum(best, t)
-    return best
+    hop_i, hop_o = lat_i * col(cols.tree_nvlink_hop_ratio), lat_o * col(cols.tree_net_hop_ratio)
+    lat = col(cols.tree_base_latency_s) + 2.0 * ((n_intra - 1.0) * hop_i + log_nodes * hop_o)
+    # nccl_protocols.tree_bus_bw on every protocol at once
+    bw = np.asarray(bus_bw, dtype=float)
+    if cols.tree_tables is None:
+        bw = bw * col(cols.tree_bw_fraction)
+    else:
+        bw = bw * nccl_protocols.TREE_ALLREDUCE_BW_FRACTION * col(cols.tree_bw_fraction)
+        if cols.any_capped:
+            cap = nccl_protocols._ll_max_bus_bw(n_inter, nccl_protocols.LL_MAX_BUS_BW_TWO_NODES)
+            bw = np.where(col(cols.ll_capped), np.minimum(bw, cap), bw)
+    size = np.asarray(bytes_, dtype=float)
+    t = 2.0 * size / (bw * _tree_bw_corrections(cols, size)) + lat
+    if cols.edges.shape[1]:
+        # each protocol's running maximum over the sizes where its correction steps, at once: the
+        # largest of the boundary times at or below the message size (max is exact in any order)
+        at_edge = lambda column: column.reshape(column.shape + (1,) * (t.ndim - 1))
+        edges = at_edge(cols.edges)
+        edge_t = 2.0 * edges / (bw[:, None] * at_edge(cols.factors_below)) + lat[:, None]
+        below = np.where(at_edge(cols.edge_valid) & (size >= edges), edge_t, -np.inf)
+        t = np.maximum(t, below.max(axis=1))
+    return t.min(axis=0)
+
+
+def _tree_bw_corrections(cols, size):
+    """``nccl_protocols.tree_bw_correction`` of every protocol of ``cols`` at once, along a leading axis."""
+    if cols.tree_tables is None:
+        return np.ones((len(cols.tree_bw_fraction),) + size.shape)
+    n_buckets = cols.tree_tables.shape[1]
+    log_size = np.floor(np.log2(np.maximum(np.floor(size / 64.0), 1.0)))
+    inside = (size >= 64.0) & (log_size < n_buckets)
+    return np.where(inside, cols.tree_tables[:, np.clip(log_size, 0, n_buckets - 1).astype(int)], 1.0)
 
 
 def group_forwarded_all_to_all_time_s(intra_bytes, inter_bytes, group_size, stride, cluster: ClusterSpec,
