@@ -318,6 +318,14 @@ def timed_greedy_order(p: int, m: int, v: int, cell_path: list[tuple[int, int]],
             return f_end[u][k]
         return b_end[u + 1][k] if len(b_end[u + 1]) > k else inf
 
+    def first_ready(ready_at, nxt, s_, t):
+        """The first op of ``s_``'s chunks, deepest first, that ``ready_at`` has ready by ``t``."""
+        for c in chunks_deep_first[s_]:
+            if ready_at(s_, c) <= t:
+                return nxt[s_][c], c
+        return None
+
+    duration = {F: t_f, B: t_b, W: t_w}
     remaining = [3 * m * v for _ in range(p)]
     seq = 0                                     # ties at one time go first-come first-served
     free = [(0.0, s_, s_) for s_ in range(p)]
@@ -328,39 +336,45 @@ def timed_greedy_order(p: int, m: int, v: int, cell_path: list[tuple[int, int]],
         t, _, s_ = heapq.heappop(free)
         if remaining[s_] == 0:
             continue
-        ready_b = [(b_ready_at(s_, c), c) for c in chunks_deep_first[s_]]
-        ready_f = [(f_ready_at(s_, c), c) for c in chunks_deep_first[s_]]
-        b_now = next(((B, nxt_b[s_][c], c) for r, c in ready_b if r <= t), None)
-        f_now = next(((F, nxt_f[s_][c], c) for r, c in ready_f if r <= t), None)
+        # the first ready B and F, deepest chunk first; the second looked for only if needed
         if alternate and last_fb[s_] == B:
-            op = f_now or b_now
+            first = first_ready(f_ready_at, nxt_f, s_, t)
+            op = (F,) + first if first else None
+            if op is None:
+                first = first_ready(b_ready_at, nxt_b, s_, t)
+                op = (B,) + first if first else None
         else:
-            op = b_now or f_now
+            first = first_ready(b_ready_at, nxt_b, s_, t)
+            op = (B,) + first if first else None
+            if op is None:
+                first = first_ready(f_ready_at, nxt_f, s_, t)
+                op = (F,) + first if first else None
         if op is None and w_queue[s_]:
             op = w_queue[s_].popleft()
         seq += 1
         if op is None:
-            soon = min([r for r, _ in ready_b + ready_f if r > t], default=inf)
+            chunks = chunks_deep_first[s_]
+            soon = min([r for r in [b_ready_at(s_, c) for c in chunks] + [f_ready_at(s_, c) for c in chunks]
+                        if r > t], default=inf)
             if soon == inf:
                 # waiting on ops no stage has scheduled yet: try again after the stages still free
                 # at this instant have acted, else when the next busy one is free
                 if blocked_at[0] != t:
                     blocked_at[:] = [t, set()]
                 blocked_at[1].add(s_)
-                acting = [ft for ft, _, o in free if remaining[o] > 0 and ft <= t and o not in blocked_at[1]]
+                blocked = blocked_at[1]
+                acting = any(ft <= t and remaining[o] > 0 and o not in blocked for ft, _, o in free)
                 soon = t if acting else min([ft for ft, _, o in free if remaining[o] > 0 and ft > t], default=inf)
             if soon == inf:
                 raise RuntimeError("timed greedy pipeline scheduler deadlocked "
                                    f"(memory cap {mem_cap} too small?)")
             heapq.heappush(free, (soon, seq, s_))
             continue
-        blocked_at[:] = [None, set()]
-        blocked = 0
-        stalled = 0
+        if blocked_at[0] is not None:
+            blocked_at[:] = [None, set()]
         kind, k, c = op
         u = pos[s_][c]
-        dur = {F: t_f, B: t_b, W: t_w}[kind]
-        end = t + dur
+        end = t + duration[kind]
         if kind != W:
             last_fb[s_] = kind
         if kind == F:
