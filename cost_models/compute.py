@@ -140,7 +140,8 @@ def wave_shape_factor(m, n, k, sm_count, k_stage_scale=1.0, with_waves=False):
     tn = _TILE_N.reshape(shape)
     tiles = np.ceil(m / tm) * np.ceil(n / tn)
     padding = m * n / (tiles * tm * tn)
-    split = np.clip(np.floor(sm_count / tiles), 1.0, np.maximum(np.floor(k / MIN_SPLIT_K), 1.0))
+    # np.clip's bounds, without its overhead (min(max(x, lo), hi): the same numbers)
+    split = np.minimum(np.maximum(np.floor(sm_count / tiles), 1.0), np.maximum(np.floor(k / MIN_SPLIT_K), 1.0))
     work = tiles * split
     waves = work / (np.ceil(work / sm_count) * sm_count)
     k_split = k / split
