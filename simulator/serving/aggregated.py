@@ -134,7 +134,7 @@ _BISECTION_STEPS = 40
 def queue_wait_s(u, service_s):
     """(mean, 90th percentile) wait of a G/D/1 queue of utilisation ``u`` with Poisson-like
     arrivals (Allen-Cunneen)."""
-    u = np.clip(_f(u), 0.0, 0.999999)
+    u = np.minimum(np.maximum(_f(u), 0.0), 0.999999)     # np.clip's bounds, without its overhead
     mean = u / (1.0 - u) / 2.0 * _f(service_s)
     cond = mean / np.maximum(u, 1e-12)                  # mean wait of a request that waits
     p90 = np.where(u > 0.1, cond * np.log(np.maximum(u, 1e-12) / 0.1), 0.0)
@@ -216,22 +216,25 @@ def _solve_loop(b, gen, t_d, own, service, w_p, sync, lead):
     host time)."""
     others = np.maximum(b - 1.0, 0.0) / np.maximum(b, 1.0)
 
-    def loop(x):
+    cap = np.maximum(b - 1.0, 0.0) * service         # only the other clients can be ahead
+
+    def loop(x, p90=True):
         u = np.minimum(x * w_p, 0.999999)                 # share of the engine's time spent on prompts
         wq, w90 = queue_wait_s(np.minimum(x * service, 0.999999), service)
-        cap = np.maximum(b - 1.0, 0.0) * service         # only the other clients can be ahead
-        wq, w90 = np.minimum(wq, cap), np.minimum(w90, cap)
+        wq = np.minimum(wq, cap)
         ttft = lead + own + np.maximum(wq, sync)
         # a request's decode steps are slowed by the other clients' prompts, not its own (which
         # ran before its first token): (b - 1) / b of the prompts the engine takes
         tpot = t_d / (1.0 - u * others)
-        return ttft, tpot, np.maximum(w90, SYNC_P90 * sync), u
+        if not p90:             # the bisection's step: TTFT and TPOT alone, the same numbers
+            return ttft, tpot
+        return ttft, tpot, np.maximum(np.minimum(w90, cap), SYNC_P90 * sync), u
 
     lo = np.zeros_like(b)
     hi = 0.999999 / np.maximum(w_p, service)
     for _ in range(_BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
-        ttft_m, tpot_m, _, _ = loop(mid)
+        ttft_m, tpot_m = loop(mid, p90=False)
         too_fast = mid * (ttft_m + gen * tpot_m) > b
         hi = np.where(too_fast, mid, hi)
         lo = np.where(too_fast, lo, mid)
@@ -307,7 +310,7 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         # a decode step yields ``per_step`` tokens a request: the time per token is its share
         x, (ttft, tpot, w90, u) = _solve_loop(b, gen, t_d / per_step, own, service, w_p, sync,
                                               lead)
-        running = np.clip(x * gen * tpot, 1.0, np.minimum(b, n_run))
+        running = np.minimum(np.maximum(x * gen * tpot, 1.0), np.minimum(b, n_run))    # np.clip, without its overhead
     # more requests decoding than the KV pool (or the step's token budget) holds: the engine
     # preempts and resumes them in turn (or leaves those beyond the budget for a later step), so
     # n_run slots finish one request per gen steps each, and the admitted requests' remaining

@@ -47,15 +47,32 @@ def _f(x):
 
 def mdc_wait_s(rho, servers, service_s):
     """(mean, 90th-percentile) queueing wait of an M/D/c queue, seconds (Sakasegawa)."""
-    rho = np.clip(_f(rho), 0.0, 0.999999)
-    c = np.maximum(_f(servers), 1.0)
-    scv = 0.5                                  # (c_a^2 + c_s^2) / 2 with c_a^2 = 1, c_s^2 = 0
-    p_wait = np.clip(rho ** (np.sqrt(2.0 * (c + 1.0)) - 1.0), 0.0, 1.0)
-    wq = p_wait / (c * (1.0 - rho)) * scv * _f(service_s)
+    wq, p_wait, service_s, idle = _mdc_mean_wait(rho, servers, service_s)
     # P(W > t) = p_wait exp(-t / theta), theta = mean wait of a waiting request
-    theta = scv * _f(service_s) / (c * (1.0 - rho))
+    theta = _MDC_SCV * service_s / idle
     w90 = np.where(p_wait > 0.1, theta * np.log(np.maximum(p_wait, 1e-12) / 0.1), 0.0)
     return wq, w90
+
+
+def mdc_mean_wait_s(rho, servers, service_s):
+    """``mdc_wait_s``'s mean alone (the same numbers), seconds: for a bisection on it."""
+    return _mdc_mean_wait(rho, servers, service_s)[0]
+
+
+#: (c_a^2 + c_s^2) / 2 with c_a^2 = 1 (Poisson arrivals), c_s^2 = 0 (deterministic service)
+_MDC_SCV = 0.5
+
+
+def _mdc_mean_wait(rho, servers, service_s):
+    """(mean wait, probability of waiting, service time, c (1 - rho)) of an M/D/c queue."""
+    # clipped to [0, 0.999999] and [0, 1] (np.clip's bounds, without its overhead)
+    rho = np.minimum(np.maximum(_f(rho), 0.0), 0.999999)
+    c = np.maximum(_f(servers), 1.0)
+    p_wait = np.minimum(np.maximum(rho ** (np.sqrt(2.0 * (c + 1.0)) - 1.0), 0.0), 1.0)
+    service_s = _f(service_s)
+    idle = c * (1.0 - rho)
+    wq = p_wait / idle * _MDC_SCV * service_s
+    return wq, p_wait, service_s, idle
 
 
 def decode_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl) -> dict[str, np.ndarray]:
@@ -139,7 +156,7 @@ def kv_same_domain_share(prefill_gpus, decode_gpus, p_workers, d_workers, domain
     # whose workers are larger leaves fewer of those places (12 one-GPU prefill workers and one
     # 4-GPU decode worker on 8-GPU domains: 4 of the 12 sit beside it, 1/3, not 7/15)
     share = np.minimum((dom - pre) / np.maximum(total - pre, 1.0), (dom - dec) / np.maximum(total - dec, 1.0))
-    return np.where(total <= dom, 1.0, np.where(pre + dec <= dom, np.clip(share, 0.0, 1.0), 0.0))
+    return np.where(total <= dom, 1.0, np.where(pre + dec <= dom, np.minimum(np.maximum(share, 0.0), 1.0), 0.0))
 
 
 def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_free=False) -> dict[str, np.ndarray]:
@@ -181,22 +198,28 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
     own = pre_one
     host = ctx.efficiency.request_host_s         # the request's time outside any engine step
 
+    # only the clients beyond the prefill servers can be ahead: the front end sends a prompt
+    # to an idle prefill rank while there is one (load-balanced dispatch), so with no more
+    # clients than ranks nobody waits, as an aggregated rank's single client does not
+    cap = np.maximum(n_clients - servers, 0.0) * service / servers
+
     def ttft_at(x):
         rho = x / capacity
         wq, w90 = mdc_wait_s(rho, servers, service)
-        # only the clients beyond the prefill servers can be ahead: the front end sends a prompt
-        # to an idle prefill rank while there is one (load-balanced dispatch), so with no more
-        # clients than ranks nobody waits, as an aggregated rank's single client does not
-        cap = np.maximum(n_clients - servers, 0.0) * service / servers
         wq, w90 = np.minimum(wq, cap), np.minimum(w90, cap)
         return (host + own + np.maximum(wq, sync) + t_kv, host + own + np.maximum(w90, SYNC_P90 * sync) + t_kv,
                 own)
+
+    def mean_ttft_at(x):
+        """``ttft_at(x)[0]`` (the same numbers) without the 90th percentile."""
+        wq = np.minimum(mdc_mean_wait_s(x / capacity, servers, service), cap)
+        return host + own + np.maximum(wq, sync) + t_kv
 
     lo = np.zeros_like(n_clients)
     hi = np.minimum(capacity * 0.999999, n_clients / (gen * tpot + t_kv))
     for _ in range(_BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
-        ttft_mid = ttft_at(mid)[0]
+        ttft_mid = mean_ttft_at(mid)
         too_fast = mid * (ttft_mid + gen * tpot) > n_clients
         hi = np.where(too_fast, mid, hi)
         lo = np.where(too_fast, lo, mid)
