@@ -163,6 +163,8 @@ def _once_per_run(batch: ConfigBatch, key_fields, fn, *args):
     out = fn(*(np.asarray(a)[first] if np.ndim(a) else a for a in args))
 
     def spread(v):
+        if isinstance(v, np.ndarray) and v.shape == first.shape:     # one per run already: no broadcast
+            return v[run]
         return np.broadcast_to(v, (len(first),))[run]
 
     return {k: spread(v) for k, v in out.items()} if isinstance(out, dict) else tuple(spread(v) for v in out)
