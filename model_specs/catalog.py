@@ -136,7 +136,14 @@ def _resolve(name_or_path: str) -> Path:
             raise InputError("model", not_a_file(name_or_path),
                              "check the path, or give a preset from `paraplan models list`")
         return candidate
+    return _resolve_name(name_or_path)
+
+
+def _resolve_name(name: str) -> Path:
+    """The catalog file a preset name or alias names (``PARAPLAN_MODEL_PATH`` and the built-in
+    folder), never a path: a file or folder of that name in the working directory is not read."""
     entries = _entries()
+    name_or_path = str(name)
     key = name_or_path.strip().lower()
     if key in entries:
         return entries[key]
@@ -376,6 +383,19 @@ def load_model(name_or_path: str | os.PathLike) -> ModelSpec:
     spec = _load_cached(str(p), p.stat().st_mtime)
     if not _names_a_path(given):
         _refuse_builtin_name(spec.name, p)          # found by name in the catalog folders
+    return spec
+
+
+def load_preset(name: str) -> ModelSpec:
+    """The catalog model a preset name or alias names (as ``load_model`` matches names), never a
+    file path: ``llama3-8b`` is the preset even where the working directory holds a folder
+    ``llama3-8b/`` or a ``llama3-8b.yaml`` (``InputError`` for an unknown name)."""
+    if not isinstance(name, str):
+        raise InputError("model", f"expected a preset name, got {type(name).__name__}",
+                         "give the model as text, e.g. a name from `paraplan models list`")
+    p = _resolve_name(name)
+    spec = _load_cached(str(p), p.stat().st_mtime)
+    _refuse_builtin_name(spec.name, p)
     return spec
 
 

@@ -7,7 +7,11 @@ prediction:
 * model: the Hugging Face id in ``model_path`` maps to a preset (``MODEL_PRESETS``; the NVIDIA
   re-quantised checkpoints have their base model's architecture); an id not in that table is
   looked up by its name without checkpoint suffixes (``model_preset_for``: ``-Instruct``,
-  ``-FP8``, ``-0528``...) in the model catalog's names and aliases.
+  ``-FP8``, ``-0528``...) in the model catalog's names and aliases (by name only: a file or
+  folder of that name in the working directory is never the preset). A ``model_path`` written
+  as a path (absolute, ``./``, or ending in ``config.json``), or an id with no preset that
+  exists as a path, is read as that config.json / folder as given (``model_of``); a model that
+  cannot be read skips its row with the reason, never the run.
 * system: ``SYSTEMS`` maps the file's system names to cluster presets.
 * stack: the ``backend`` framework's serving stack covering ``backend_version``
   (``hardware_specs.catalog.serving_release_match``; a release no profile lists takes the
@@ -115,7 +119,7 @@ from hardware_specs.yaml_files import is_file
 from cost_models.weight_formats import slice_holds_whole_blocks
 from hardware_specs.errors import InputError, as_float, digits_text, not_a_file
 from hardware_specs.serving_efficiency import ServingEfficiency
-from model_specs.catalog import load_model
+from model_specs.catalog import load_model, load_preset
 from paraplan.validation.csv_structure import (SHORT_ROW_COLUMN, check_csv_structure, header_names, id_text,
                                                mark_short_rows, strip_header)
 from simulator.serving.aggregated import memory_columns
@@ -164,7 +168,9 @@ def model_preset_for(model_path) -> str | None:
         # own before "-v3.1" would read as a version suffix)
         for candidate in (name, re.sub(r"^meta[-_]", "", name)):
             try:
-                return load_model(candidate).name
+                # by catalog name only: a folder of that name in the working directory is not the
+                # preset the id names
+                return load_preset(candidate).name
             except InputError:
                 continue
         shorter = _CHECKPOINT_SUFFIX.sub("", name)
@@ -172,6 +178,37 @@ def model_preset_for(model_path) -> str | None:
             break
         name = shorter
     return None
+
+
+def _explicit_path(text: str) -> bool:
+    """Whether a ``model_path`` is written as a file path, not a Hugging Face id: absolute,
+    ``./`` / ``../`` / ``~`` relative, or ending in a model file's suffix (``config.json``)."""
+    return (text.startswith(("/", "./", "../", "~", ".\\", "..\\")) or Path(text).is_absolute()
+            or Path(text).suffix.lower() in (".json", ".yaml", ".yml"))
+
+
+def model_of(model_path) -> tuple[str, object]:
+    """(key, ModelSpec) of a row's ``model_path``; ``InputError`` with the reason the row is
+    skipped. A path written as one (``_explicit_path``) is that config.json / model file or a
+    folder holding a config.json, read as given (relative to the working directory only when
+    written relative) and keyed by its resolved path; any other text is a Hugging Face id mapped
+    to a preset (``model_preset_for``), which a file or folder of the same name never replaces;
+    an id that maps to no preset is read as a path only where that path exists as given."""
+    text = id_text(model_path)
+    if not text:
+        raise InputError("model_path", "model_path empty")
+    if not _explicit_path(text):
+        preset = model_preset_for(text.lower())
+        if preset is not None:
+            return preset, load_preset(preset)
+        if not Path(text).exists():
+            raise InputError("model_path", f"model_path {model_path!r} has no preset")
+    path = Path(text).expanduser()
+    try:
+        spec = load_model(path)
+    except InputError as exc:
+        raise InputError("model_path", f"model_path {text!r} cannot be read: {exc}") from exc
+    return str(path.resolve()), spec
 
 
 #: the file's system names -> cluster presets (AIConfigurator's system names)
@@ -368,8 +405,9 @@ def _unstated_disagg_load(row: dict) -> str | None:
             "decode_batch_size is the decode workers' launch setting, so the load it was measured at is unknown")
 
 
-def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
-    """Rows that can be predicted (grouped by key) and the skip reason of the others."""
+def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str], dict[str, object]]:
+    """Rows that can be predicted (grouped by key), the skip reason of the others, and the
+    models by key (a preset name, or a config.json's resolved path: ``model_of``)."""
     rows: list[_Row] = []
     skipped: dict[int, str] = {}
     stacks: dict[tuple, object] = {}
@@ -381,10 +419,11 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
         if problem:
             skipped[i] = problem
             continue
-        model_key = id_text(r.get("model_path")).lower()
-        preset = model_preset_for(model_key) if model_key else None
-        if preset is None:
-            skipped[i] = f"model_path {r.get('model_path')!r} has no preset" if model_key else "model_path empty"
+        try:
+            preset, model = model_of(r.get("model_path"))
+        except InputError as exc:
+            # one row's model (an unknown id, a damaged config.json) skips that row, not the run
+            skipped[i] = exc.message
             continue
         system_key = id_text(r.get("system")).lower()
         system = SYSTEMS.get(system_key)
@@ -412,13 +451,11 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
             skipped[i] = str(match)
             continue
         stack = match.stack
-        if preset not in models:
-            models[preset] = load_model(preset)
-        model = models[preset]
+        models.setdefault(preset, model)
         most = model.max_context_tokens
         if most and isl + osl > most:
             # as serve simulate (ServingContext.check_request): the engines refuse such a request
-            skipped[i] = (f"isl {isl:,.0f} + osl {osl:,.0f} tokens exceed the {most:,}-token context of {preset} "
+            skipped[i] = (f"isl {isl:,.0f} + osl {osl:,.0f} tokens exceed the {most:,}-token context of {model.name} "
                           f"(config.json max_position_embeddings)")
             continue
         dense, expert = _fmt(r.get("gemm_quant_mode"), r.get("precision")), _fmt(r.get("moe_quant_mode"), r.get("precision"))
@@ -483,7 +520,7 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
                           else "mode empty (neither agg nor disagg)")
             continue
         rows.append(_Row(i, (preset, system, stack.name, dense, expert, mode), values))
-    return rows, skipped
+    return rows, skipped, models
 
 
 @dataclass
@@ -551,7 +588,7 @@ def _release_match(backend: str, version: str | None) -> ReleaseMatch:
 
 def prepare(df: pd.DataFrame) -> Prepared:
     """Map every row to a group (or a skip reason); done once, evaluated many times by the fitter."""
-    rows, skipped = _prepare(df)
+    rows, skipped, models = _prepare(df)
     n = len(df)
     reason = np.array([""] * n, dtype=object)
     assumption = np.array([""] * n, dtype=object)
@@ -569,7 +606,7 @@ def prepare(df: pd.DataFrame) -> Prepared:
             # nvfp4 ran NVIDIA's ModelOpt exports (whose hf_quant_config.json names an FP8 KV
             # cache), never a 16-bit release quantised at load time, so a stack that reads the KV
             # dtype from the checkpoint priced them with an FP8 KV cache
-            ctx = ServingContext.build(preset, load_cluster(system), stack, dense, expert, prequantised=True)
+            ctx = ServingContext.build(models[preset], load_cluster(system), stack, dense, expert, prequantised=True)
         except InputError as exc:
             for m in members:
                 reason[m.index] = str(exc)
