@@ -68,3 +68,23 @@ def test_a_model_path_to_a_config_json_is_that_file_whatever_the_working_directo
     for rid in ("missing", "damaged"):
         assert got[rid, "ttft_ms"]["status"] == "skipped"
         assert got[rid, "ttft_ms"]["reason"].startswith("model_path "), got[rid, "ttft_ms"]["reason"]
+
+
+def test_validate_serving_json_and_csv_carry_the_assumption_each_predicted_row_rests_on(tmp_path):
+    # a row without backend_version is priced on the framework's newest stack: the text table
+    # says so, and so must the machine-readable rows (a CI job reads those, not the table)
+    csv = _serving_csv(tmp_path / "runs.csv", {"id": "stated"}, {"id": "unstated", "backend_version": ""},
+                       {"id": "skipped", "model_path": "acme/secret-13b", "backend_version": ""})
+    rows = _serving_json(csv)
+    assert list(rows[0]) == ["id", "metric", "status", "predicted", "measured", "rel_error", "reason", "assumptions"]
+    got = {r["id"]: r["assumptions"] for r in rows}
+    assert got["stated"] is None and got["skipped"] is None
+    assert got["unstated"] == "backend_version empty: the framework's newest serving stack"
+    res = CliRunner().invoke(main, ["validate", "serving", str(csv), "--csv"])
+    assert res.exit_code == 0, res.output
+    table = pd.read_csv(__import__("io").StringIO(res.stdout), dtype=str, keep_default_na=False)
+    assert list(table.columns)[-1] == "assumptions"
+    assert set(table[table.id == "unstated"].assumptions) == {"backend_version empty: the framework's newest serving stack"}
+    assert set(table[table.id != "unstated"].assumptions) == {""}
+    help_text = CliRunner().invoke(main, ["validate", "serving", "--help"]).output
+    assert "assumptions" in help_text

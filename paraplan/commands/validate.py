@@ -641,7 +641,18 @@ def _hetero_text(records, summary, gbps, lat, intra) -> str:
 
 
 #: the per-row output columns of ``validate serving --json`` / ``--csv``, in order.
-SERVING_ROW_KEYS = ("id", "metric", "status", "predicted", "measured", "rel_error", "reason")
+SERVING_ROW_KEYS = ("id", "metric", "status", "predicted", "measured", "rel_error", "reason", "assumptions")
+
+
+def _serving_record(r: dict) -> dict:
+    """One ``validate serving --json`` / ``--csv`` record: ``SERVING_ROW_KEYS``, None where a value
+    is missing; ``assumptions`` (named as ``validate published`` names it) is what a predicted
+    row's prediction assumed where the row is silent or names no profile (the stack priced for an
+    empty, unprofiled or unreadable backend_version), None where it assumed nothing or was skipped."""
+    out = {k: _clean(r.get(k)) for k in SERVING_ROW_KEYS if k != "assumptions"}
+    said = r.get("assumption")
+    out["assumptions"] = said if r.get("status") == "ok" and isinstance(said, str) and said else None
+    return out
 
 
 def serving_summary_text(results, summary, list_skipped: bool) -> str:
@@ -708,7 +719,9 @@ def _serving_csv(records: list[dict]) -> str:
 @click.option("--backend", "backend_filter", metavar="NAME", help="Only rows of this backend (vllm, sglang, trtllm).")
 @click.option("--mode", "mode_filter", type=click.Choice(["agg", "disagg"]), help="Only aggregated or disaggregated rows.")
 @click.option("--json", "as_json", is_flag=True,
-              help="One object per row and metric: id, metric (ttft_ms|tpot_ms), status, predicted, measured, rel_error, reason.")
+              help="One object per row and metric: id, metric (ttft_ms|tpot_ms), status, predicted, measured, rel_error, "
+                   "reason, assumptions (what a predicted row's prediction assumed where the row is silent: the "
+                   "serving stack priced for an empty or unprofiled backend_version; null if none or skipped).")
 @click.option("--csv", "as_csv", is_flag=True, help="The same records as a CSV table.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="Write the output to this file (atomically) instead of stdout.")
@@ -761,7 +774,7 @@ def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str |
     df = df.reset_index(drop=True)
     results = validate_rows(df)
     if as_json or as_csv:
-        records = [{k: _clean(r.get(k)) for k in SERVING_ROW_KEYS} for r in results.to_dict("records")]
+        records = [_serving_record(r) for r in results.to_dict("records")]
         text = dump_json(records) if as_json else _serving_csv(records)
     else:
         text = serving_summary_text(results, summarize(results), list_skipped)
