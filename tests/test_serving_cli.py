@@ -213,7 +213,7 @@ def test_validate_serving_table_json_and_csv(tmp_path):
     assert "per backend and mode" in r.stdout and "disaggregated row without worker counts" in r.stdout
     records = json.loads(run("validate", "serving", path, "--json").stdout)
     assert len(records) == 2 * len(small)
-    assert set(records[0]) == {"id", "metric", "status", "predicted", "measured", "rel_error", "reason"}
+    assert set(records[0]) == {"id", "metric", "status", "predicted", "measured", "rel_error", "reason", "assumptions"}
     assert {r["metric"] for r in records} == {"ttft_ms", "tpot_ms"}
     ok = [r for r in records if r["status"] == "ok"]
     assert ok and all(r["rel_error"] == pytest.approx((r["predicted"] - r["measured"]) / r["measured"]) for r in ok)
@@ -221,7 +221,8 @@ def test_validate_serving_table_json_and_csv(tmp_path):
     assert skipped and all(r["reason"] for r in skipped)
     out = tmp_path / "v.csv"
     assert run("validate", "serving", path, "--csv", "--out", out).exit_code == 0
-    assert list(pd.read_csv(out).columns) == ["id", "metric", "status", "predicted", "measured", "rel_error", "reason"]
+    assert list(pd.read_csv(out).columns) == ["id", "metric", "status", "predicted", "measured", "rel_error", "reason",
+                                              "assumptions"]
 
 
 def test_validate_serving_bad_inputs(tmp_path):
