@@ -88,3 +88,70 @@ def test_validate_serving_json_and_csv_carry_the_assumption_each_predicted_row_r
     assert set(table[table.id != "unstated"].assumptions) == {""}
     help_text = CliRunner().invoke(main, ["validate", "serving", "--help"]).output
     assert "assumptions" in help_text
+
+
+# --- validate measured: what the predictions assumed, a subset of layouts, a CI gate -------------
+
+MEASURED_PROFILE = Path(__file__).parent / "data" / "measured_calibration.yaml"   # name: measured-calibration
+
+
+@pytest.fixture
+def measured_without_torch_runs(monkeypatch):
+    """``validate measured`` with every run replaced: each layout 'measures' 0.2 s a step in fp32 on
+    the CPU, and the simulator predicts 0.3 s (rel_error +50%); the layouts asked are recorded."""
+    pytest.importorskip("torch")
+    from dataclasses import asdict
+    from types import SimpleNamespace
+
+    import paraplan.measure.compare as compare
+    import paraplan.measure.train as train
+    asked = []
+
+    def fake_run(cfg, progress=None):
+        asked.append(cfg["name"])
+        run = asdict(train.RunConfig(**cfg))
+        return {**run, "device": "cpu", "dtype": "fp32", "measured_step_s": 0.2, "step_times_s": [0.2] * run["steps"],
+                "tokens_per_s": run["global_batch"] * run["seq_len"] / 0.2, "peak_memory_bytes": 2**20,
+                "baseline_memory_bytes": 0, "cpu_wait_fraction": 0.0, "foreign_load": 0.0,
+                "phase_s": {"forward_backward_s": 0.15, "grad_reduce_s": 0.0, "optimizer_s": 0.05}}
+    monkeypatch.setattr(train, "run_measurement", fake_run)
+    monkeypatch.setattr(compare, "predict", lambda run, cluster, dtype: SimpleNamespace(
+        step_time_s=0.3, memory_bytes=2**20, time_breakdown_s={}))
+    return asked
+
+
+def _measured(*args):
+    return CliRunner().invoke(main, ["validate", "measured", str(MEASURED_PROFILE), "--rounds", "1", *args])
+
+
+def test_validate_measured_says_which_profile_dtype_device_and_model_its_predictions_assumed(
+        measured_without_torch_runs, tmp_path):
+    res = _measured("--layout", "dp2", "--layout", "single")
+    assert res.exit_code == 0, res.output
+    # the default CPU GPT (compare.DEFAULT_MODEL): 4 layers, hidden 256, 128 tokens, vocabulary 1024
+    assert res.stdout.splitlines()[0] == ("predicted on hardware profile measured-calibration, fp32 on cpu; "
+                                          "GPT of 4 layers, hidden 256, seq_len 128 tokens, vocab 1024")
+    out = tmp_path / "m.csv"
+    assert _measured("--layout", "dp2", "--csv", "--out", str(out)).exit_code == 0
+    row = pd.read_csv(out).iloc[0]
+    assert {k: row[k] for k in ("hardware_profile", "dtype", "device", "num_layers", "hidden_size", "seq_len_tokens",
+                                "vocab_size")} == {"hardware_profile": "measured-calibration", "dtype": "fp32",
+                                                   "device": "cpu", "num_layers": 4, "hidden_size": 256,
+                                                   "seq_len_tokens": 128, "vocab_size": 1024}
+
+
+def test_validate_measured_runs_the_layouts_named_and_gates_on_their_mean_step_time_error(measured_without_torch_runs):
+    asked = measured_without_torch_runs
+    # (0.3 - 0.2) / 0.2 = +50% on every layout: the mean |error| is 50%
+    res = _measured("--layout", "tp2", "--layout", "single", "--fail-above", "49")
+    assert asked == ["tp2", "single"]
+    assert res.exit_code == 1, res.output
+    assert res.stderr.strip().splitlines()[-1] == (
+        "regression: step time: mean |error| 50.00% over 2 rows is above --fail-above 49%")
+    assert _measured("--layout", "tp2", "--fail-above", "51").exit_code == 0
+    bad = _measured("--layout", "tp3")
+    assert bad.exit_code == 2
+    assert bad.output.strip().splitlines()[-1] == (
+        "error: --layout: unknown layout 'tp3' (known: single, single-mb1x4, single-recompute, dp2, dp2-mb1x2, "
+        "dp2-zero1, tp2, tp2-recompute, pp2-mb1x4, pp2-mb2x4)")
+    assert "--fail-above" in CliRunner().invoke(main, ["validate", "measured", "--help"]).output

@@ -329,11 +329,18 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
                    "that round from it; each configuration keeps its median error over the rounds (the "
                    "mean of the middle two for an even count; the robust choice on a drifting host, "
                    "~1.5 minutes a round on 2 CPU cores).")
-@click.option("--csv", "as_csv", is_flag=True, help="One row per configuration as CSV.")
+@click.option("--layout", "layouts", multiple=True, metavar="NAME",
+              help="Measure only this layout (repeatable; default all of them: single, single-mb1x4, "
+                   "single-recompute, dp2, dp2-mb1x2, dp2-zero1, tp2, tp2-recompute, pp2-mb1x4, pp2-mb2x4).")
+@click.option("--csv", "as_csv", is_flag=True,
+              help="One row per configuration as CSV: the table's columns, the measured phases, the predicted "
+                   "breakdown, and what the prediction assumed (hardware_profile, dtype, device, num_layers, "
+                   "hidden_size, seq_len_tokens, vocab_size).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="Write the output to this file (atomically) instead of stdout.")
+@_fail_above_option("of the step time over the measured layouts")
 def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int, calibrate_each_round: bool,
-                 as_csv: bool, out_path: str | None) -> None:
+                 layouts: tuple[str, ...], as_csv: bool, out_path: str | None, fail_above_pct: float | None) -> None:
     """How well does the simulator predict runs measured on this machine?
 
     CLUSTER_PATH is a profile written by `paraplan calibrate`, or on a GPU machine the catalog
@@ -349,9 +356,11 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
       paraplan validate measured my-machine.yaml --csv --out measured.csv
       paraplan validate measured --calibrate-each-round --rounds 3
       paraplan validate measured hgx-h200 --rounds 1      # on an H200 machine
+      paraplan validate measured my-machine.yaml --layout dp2 --layout tp2 --fail-above 25   # CI
     """
     from paraplan.measure import compare_measured
     from paraplan.measure.compare import compare_recalibrating
+    configs = _chosen_layouts(layouts)
 
     if cluster_path is None and not calibrate_each_round:
         raise InputError("cluster_path", "missing", "pass a profile from `paraplan calibrate`, or --calibrate-each-round")
@@ -374,9 +383,9 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
         with step_bar("measuring", unit="calibrations and configurations" if calibrate_each_round
                       else "configurations") as bar:
             if calibrate_each_round:
-                df = compare_recalibrating(rounds=rounds, steps=steps, warmup=warmup, progress=bar)
+                df = compare_recalibrating(configs, rounds=rounds, steps=steps, warmup=warmup, progress=bar)
             else:
-                df = compare_measured(cluster_path, steps=steps, warmup=warmup, rounds=rounds, progress=bar)
+                df = compare_measured(cluster_path, configs, steps=steps, warmup=warmup, rounds=rounds, progress=bar)
     except InputError as exc:       # compare.check_steps_fit names its parameter: say the option
         if exc.field != "steps":
             raise
@@ -402,13 +411,44 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
         rows = [[UNAVAILABLE if c in pct and (r[c] is None or r[c] != r[c])
                  else (f"{100 * r[c]:+.1f}" if c == "rel_error" else f"{100 * r[c]:.1f}") if c in pct
                  else four_significant(r[c]) if isinstance(r[c], float) else r[c] for c in cols] for _, r in df.iterrows()]
-        text = format_table(rows, heads) + (f"\nmean |error| {err.mean():.1f}%, worst {err.max():.1f}% over "
-                                            f"{len(df)} configurations\n")
+        text = _assumed_header(df) + format_table(rows, heads) + (
+            f"\nmean |error| {err.mean():.1f}%, worst {err.max():.1f}% over {len(df)} configurations\n")
     if out_path is not None:
         write_atomic(out_path, text)
         click.echo(f"wrote {out_path} ({len(df)} configurations)", err=True)
     else:
         click.echo(text, nl=False)
+    if fail_above_pct is not None:
+        _gate(fail_above_pct, {"step time": df["rel_error"].tolist() if "rel_error" in df else []})
+
+
+def _chosen_layouts(names: tuple[str, ...]) -> list[dict] | None:
+    """The ``DEFAULT_CONFIGS`` that ``--layout`` names, in the order given (None: all of them);
+    an unknown name is an ``InputError`` listing the names."""
+    if not names:
+        return None
+    from paraplan.measure.compare import DEFAULT_CONFIGS
+    by_name = {c["name"]: c for c in DEFAULT_CONFIGS}
+    unknown = [n for n in names if n.strip() not in by_name]
+    if unknown:
+        raise InputError("--layout", f"unknown layout {unknown[0]!r}", "known: " + ", ".join(by_name))
+    return [dict(by_name[n]) for n in dict.fromkeys(n.strip() for n in names)]
+
+
+def _assumed_header(df) -> str:
+    """The lines above the ``validate measured`` table saying what its predictions assumed: the
+    hardware profile, the runs' dtype and device, the GPT's size (one line per distinct
+    combination; none for a frame without those columns)."""
+    from paraplan.measure.compare import ASSUMED_COLUMNS
+    if not all(c in df for c in ASSUMED_COLUMNS):
+        return ""
+    lines = []
+    for key in df[ASSUMED_COLUMNS].drop_duplicates().itertuples(index=False):
+        a = dict(zip(ASSUMED_COLUMNS, key))
+        lines.append(f"predicted on hardware profile {a['hardware_profile']}, {a['dtype']} on {a['device']}; "
+                     f"GPT of {int(a['num_layers'])} layers, hidden {int(a['hidden_size'])}, seq_len "
+                     f"{int(a['seq_len_tokens'])} tokens, vocab {int(a['vocab_size'])}")
+    return "\n".join(lines) + "\n"
 
 
 def _loaded_rows(df) -> list[str]:

@@ -37,6 +37,12 @@ DEFAULT_CONFIGS = [
     {"name": "pp2-mb2x4", "pp": 2, "micro_batch": 2, "global_batch": 8},
 ]
 CONFIG_COLUMNS = ["dp", "tp", "pp", "micro_batch", "global_batch", "zero_stage", "recompute"]
+#: the measured GPT's size in a ``compare_measured`` row: column -> run key (a count of layers,
+#: the hidden width in elements, the sequence in tokens, the vocabulary in token ids)
+ASSUMED_MODEL = {"num_layers": "num_layers", "hidden_size": "hidden_size", "seq_len_tokens": "seq_len",
+                 "vocab_size": "vocab_size"}
+#: the columns saying what a ``compare_measured`` row's prediction assumed, in order
+ASSUMED_COLUMNS = ["hardware_profile", "dtype", "device", *ASSUMED_MODEL]
 PREDICTED_PARTS = ["compute_s", "recompute_s", "tp_comm_exposed_s", "pp_comm_s", "pipeline_bubble_s",
                    "dp_comm_exposed_s", "sync_wait_s", "optimizer_s"]
 
@@ -145,7 +151,10 @@ def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 
     ``foreign_load`` (share of the cores other processes used), ``measured_tokens_per_s``,
     ``measured_peak_memory_bytes``, ``measured_memory_above_baseline_bytes``,
     ``predicted_memory_bytes``, ``measured_step_times_s`` and the predicted breakdown
-    ``pred_<part>``. ``frame.attrs["skipped"]`` lists (name, reason) of the configurations
+    ``pred_<part>``, ``rounds``, then what the prediction assumed (``ASSUMED_COLUMNS``):
+    ``hardware_profile`` (the cluster profile's name), ``dtype`` and ``device`` the runs trained
+    in, and the GPT's ``num_layers``, ``hidden_size``, ``seq_len_tokens``, ``vocab_size``.
+    ``frame.attrs["skipped"]`` lists (name, reason) of the configurations
     needing more ranks than the machine runs at once (a calibrated CPU profile's ranks, or the
     visible GPUs of the profile's node); an ``InputError`` if none fits.
     """
@@ -192,6 +201,10 @@ def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 
         row.update({f"pred_{k}": report.time_breakdown_s.get(k, 0.0) for k in PREDICTED_PARTS})
         row.update({f"measured_{k}": v for k, v in measured["phase_s"].items()})
         row["rounds"] = len(per_round)
+        # what the prediction assumed: the profile it priced on, the dtype and device the runs
+        # trained in, and the GPT's size (a CI log must say which model its errors are about)
+        row.update({"hardware_profile": cluster.name, "dtype": measured.get("dtype"),
+                    "device": measured.get("device"), **{k: measured[key] for k, key in ASSUMED_MODEL.items()}})
         rows.append(row)
     if progress is not None:
         progress(total, total, "done")
@@ -411,5 +424,7 @@ def compare_recalibrating(configs=None, rounds: int = 3, nprocs: int = 2, steps:
         row["rounds"] = len(group)
         rows.append(row)
     frame = pd.DataFrame(rows).drop(columns=["round"]).reset_index(drop=True)
+    # each round priced on its own temporary profile (round0, round1, ...): name what they were
+    frame["hardware_profile"] = f"this machine, calibrated afresh each of {int(rounds)} rounds"
     frame.attrs["skipped"] = skipped
     return frame
