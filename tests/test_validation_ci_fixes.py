@@ -155,3 +155,25 @@ def test_validate_measured_runs_the_layouts_named_and_gates_on_their_mean_step_t
         "error: --layout: unknown layout 'tp3' (known: single, single-mb1x4, single-recompute, dp2, dp2-mb1x2, "
         "dp2-zero1, tp2, tp2-recompute, pp2-mb1x4, pp2-mb2x4)")
     assert "--fail-above" in CliRunner().invoke(main, ["validate", "measured", "--help"]).output
+
+
+# --- validate published: a megatron-core row without its version --------------------------------
+
+def test_a_megatron_core_row_without_a_version_is_predicted_on_the_default_profile_as_one_without_a_framework(tmp_path):
+    # README: framework_version empty = not known. A row that names megatron-core but not the
+    # release was skipped ("needs a version") while a row naming no framework at all ran on the
+    # default training stack, megatron-core (catalog DEFAULT_TRAINING_STACK): the same profile
+    from paraplan.validation.datasets import BUNDLED_DIR, PUBLISHED_RUNS
+    from paraplan.validation.published import read_runs, validate_rows
+    df = pd.read_csv(BUNDLED_DIR / PUBLISHED_RUNS, dtype=str, keep_default_na=False)
+    # its precision stated: the 2024 release's preset for this benchmark (megatron-core-0.12) is
+    # not the default profile's, so the row must say it ran bf16 for either profile to price it
+    row = df[df.run_id == "MEG24-H100-1.7B"].iloc[[0]].assign(dtype_norm="bf16", dtype="bf16")
+    unstated = row.assign(id="unstated", framework_version="")
+    silent = row.assign(id="silent", framework="", framework_version="")
+    path = tmp_path / "runs.csv"
+    pd.concat([unstated, silent]).to_csv(path, index=False)
+    got = {r["id"]: r for r in validate_rows(read_runs(path)).to_dict("records")}
+    assert got["unstated"]["status"] == "ok", got["unstated"]["reason"]
+    assert got["unstated"]["predicted"] == got["silent"]["predicted"]
+    assert "stack=megatron-core (megatron-core version not stated)" in got["unstated"]["assumptions"]
