@@ -177,3 +177,10 @@ def test_a_megatron_core_row_without_a_version_is_predicted_on_the_default_profi
     assert got["unstated"]["status"] == "ok", got["unstated"]["reason"]
     assert got["unstated"]["predicted"] == got["silent"]["predicted"]
     assert "stack=megatron-core (megatron-core version not stated)" in got["unstated"]["assumptions"]
+
+
+def test_validate_published_help_says_what_source_is_and_how_source_matches():
+    # published.source_of: the run_id's text before its first '-'; --source: str.startswith
+    text = " ".join(CliRunner().invoke(main, ["validate", "published", "--help"]).output.split())
+    assert "source (the run_id's text before its first '-'" in text
+    assert "plain case-sensitive text prefix" in text and "KOR22-T5 only those" in text

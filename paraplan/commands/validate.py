@@ -212,12 +212,17 @@ def summary_text(results, summary, list_skipped: bool) -> str:
 @command.command("published", short_help="Predict the rows of a published-runs CSV and report the error.")
 @click.argument("path", type=click.Path(dir_okay=False), required=False)
 @click.option("--source", "source_prefix", metavar="PREFIX",
-              help="Only rows whose run_id starts with PREFIX (e.g. KOR22, NAR21). With --cross-validate "
-                   "it picks the rows reported; each held-out fit still uses every other source of PATH.")
+              help="Only rows whose run_id starts with PREFIX, matched as a plain case-sensitive text prefix "
+                   "(KOR22 takes every KOR22-* row, KOR22-T5 only those; KOR would take KOR22 and KOR23 "
+                   "alike): finer or coarser than the source column, which is the run_id before its first "
+                   "'-'. With --cross-validate it picks the rows reported; each held-out fit still uses every "
+                   "other source of PATH.")
 @click.option("--json", "as_json", is_flag=True,
               help="One object per row: id, status (ok|skipped), metric, predicted, measured, rel_error, speed_error "
                    "(predicted speed / measured speed - 1: + = predicted faster, for time and rate metrics "
-                   "alike), reason, source, efficiency_fitted (false: predicted with an unfitted efficiency "
+                   "alike), reason, source (the run_id's text before its first '-', e.g. KOR22 for "
+                   "KOR22-T5-22B; the grouping of the table and of --cross-validate's held-out fits; "
+                   "'(no run_id)' for an empty one), efficiency_fitted (false: predicted with an unfitted efficiency "
                    "prior, marked * in the table), assumptions.")
 @click.option("--csv", "as_csv", is_flag=True, help="The same rows as a CSV table.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
