@@ -388,9 +388,9 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
         with step_bar("measuring", unit="calibrations and configurations" if calibrate_each_round
                       else "configurations") as bar:
             if calibrate_each_round:
-                df = compare_recalibrating(configs, rounds=rounds, steps=steps, warmup=warmup, progress=bar)
+                df = compare_recalibrating(configs=configs, rounds=rounds, steps=steps, warmup=warmup, progress=bar)
             else:
-                df = compare_measured(cluster_path, configs, steps=steps, warmup=warmup, rounds=rounds, progress=bar)
+                df = compare_measured(cluster_path, configs=configs, steps=steps, warmup=warmup, rounds=rounds, progress=bar)
     except InputError as exc:       # compare.check_steps_fit names its parameter: say the option
         if exc.field != "steps":
             raise
