@@ -92,7 +92,11 @@ class NetworkTier:
         links to the k - 1 peers carry the group's traffic, ``min(bw, (k - 1) x peer)``
         (MI300X TP 2: one 64 GB/s xGMI link, not the 448 GB/s of all seven)."""
         if self.mesh_peer_bw_bytes_per_s is None:
-            return np.broadcast_to(np.asarray(self.bw_bytes_per_s, dtype=float), np.shape(members)) * 1.0
+            # the link's rate in the members' shape: a float64 scalar for a scalar, else a new array
+            shape = np.shape(members)
+            if not shape:
+                return np.float64(self.bw_bytes_per_s)
+            return np.full(shape, self.bw_bytes_per_s, dtype=float)
         peers = np.asarray(members, dtype=float) - 1.0
         # one member alone has no peer in the domain: nothing to cap
         return np.where(peers >= 1.0, np.minimum(self.bw_bytes_per_s, np.maximum(peers, 1.0) * self.mesh_peer_bw_bytes_per_s),

@@ -143,3 +143,19 @@ def test_mesh_peer_above_the_tier_is_refused_in_one_line(tmp_path):
                          text=True, cwd=PROJECT_ROOT, env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.startswith("error: cluster mesh.scaleup.mesh_peer_bw_gb_per_s: ") and run.stderr.count("\n") == 1
+
+
+def test_a_switched_groups_bandwidth_keeps_the_members_shape_and_type():
+    """On a switch every group reaches the GPU's own link rate (450 GB/s one direction on an
+    H100's NVLink 4, 900 GB/s both ways): a float64 scalar for a scalar count (a numpy scalar,
+    as callers multiply and compare it), a new writable float array of the count's shape for an
+    array or a list."""
+    scaleup = load_cluster("dgx-h100").scaleup
+    assert scaleup.mesh_peer_bw_bytes_per_s is None
+    for members in (8, np.int64(4), 2.0, np.array(4)):
+        bw = scaleup.group_bw_bytes_per_s(members)
+        assert type(bw) is np.float64 and bw == 450e9
+    for members in (np.array([2, 4, 8]), [2, 4], np.ones((2, 3)), np.array([], dtype=int)):
+        bw = scaleup.group_bw_bytes_per_s(members)
+        assert type(bw) is np.ndarray and bw.dtype == np.float64 and bw.shape == np.shape(members)
+        assert bw.flags.writeable and np.all(bw == 450e9)
