@@ -142,6 +142,8 @@ def check_grouped_gemm_streams(field: str, value) -> int:
     """``value`` as a stream count of a grouped linear (an integer in 1 ..
     ``MAX_GROUPED_GEMM_STREAMS``; a whole float, as a sweep's float column holds it, counts),
     else an ``InputError`` naming ``field``."""
+    if type(value) is int and 1 <= value <= MAX_GROUPED_GEMM_STREAMS:
+        return value                     # a plain int in range, as the checks below return it
     if isinstance(value, numbers.Real) and not isinstance(value, (bool, numbers.Integral)) \
             and math.isfinite(value) and value == int(value):
         value = int(value)

@@ -451,8 +451,11 @@ class ParallelConfig:
     stack_lacks: tuple = ()
 
     def __post_init__(self) -> None:
+        fields_ = self.__dict__          # the instance's field values (getattr, without the lookup)
         for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch"):
-            value = getattr(self, name)
+            value = fields_[name]
+            if type(value) is int and 1 <= value <= (MAX_GLOBAL_BATCH if name == "global_batch" else MAX_GPUS):
+                continue                 # a plain int in range: every check below passes
             if isinstance(value, (bool, np.bool_)):        # True is not a degree (int(True) is 1)
                 raise InputError(name, f"must be a positive integer, got {value!r}")
             if not isinstance(value, int):
@@ -473,7 +476,9 @@ class ParallelConfig:
             raise InputError("dp", f"dp*tp*pp*cp = {self.n_gpus:,} GPUs is above the largest supported "
                              f"job ({MAX_GPUS:,} GPUs)", "check the degrees")
         for name in LAYOUT_FIELDS:
-            value = getattr(self, name)
+            value = fields_[name]
+            if type(value) is int and 0 <= value <= MAX_LAYOUT_VALUE:
+                continue                 # a plain int in range: stored as it is
             # a whole float (a sweep's row, where a missing value made the column float) is the
             # integer it holds, as the degrees above accept it
             if isinstance(value, (float, np.floating)) and math.isfinite(value) and value == int(value):
@@ -511,7 +516,9 @@ class ParallelConfig:
                 raise InputError(name, f"must be a finite number >= 0, got {value!r}")
             object.__setattr__(self, name, as_float)
         for name in BOOL_FIELDS:
-            value = getattr(self, name)
+            value = fields_[name]
+            if value is True or value is False:
+                continue
             if isinstance(value, np.bool_):
                 object.__setattr__(self, name, bool(value))
             elif not isinstance(value, bool):
