@@ -84,10 +84,13 @@ def flush_ops(kind, p, m, v, capped: bool = True):
         (np.asarray(v, dtype=np.int64) if kind == ScheduleKind.INTERLEAVED else 1)
     if not capped:
         return 3 * p * chunks * np.asarray(m, dtype=np.int64)
-    # ``m_cap`` once per distinct stage count (a planner batch has a handful: the divisors of its
-    # GPU counts), spread back to the rows
-    stages, row = np.unique(p, return_inverse=True)
-    cap = np.array([m_cap(kind, int(q)) for q in stages], dtype=np.int64)[row].reshape(p.shape)
+    if p.ndim == 0:                      # one configuration: its own cap, no dedup to do
+        cap = np.array(m_cap(kind, int(p)), dtype=np.int64)
+    else:
+        # ``m_cap`` once per distinct stage count (a planner batch has a handful: the divisors of
+        # its GPU counts), spread back to the rows
+        stages, row = np.unique(p, return_inverse=True)
+        cap = np.array([m_cap(kind, int(q)) for q in stages], dtype=np.int64)[row].reshape(p.shape)
     return 3 * p * chunks * np.minimum(np.asarray(m, dtype=np.int64), cap)
 
 
