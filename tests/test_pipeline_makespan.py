@@ -130,3 +130,16 @@ def test_a_list_scheduled_flush_is_the_shortest_of_its_candidate_orders_and_neve
         each = [_sweep(kind, p, m, v, table[:, i:i + 1], tuple(float(x) for x in key))[0] for key in cand[i]]
         assert got[i] == min(each) <= own
         assert _sweep(kind, p, m, v, table[:, i:i + 1], tuple(float(x) for x in chosen[i]))[0] == got[i]
+
+
+def test_the_distinct_orders_of_a_flush_are_np_uniques_rows_bit_for_bit():
+    """The shortcut for a batch of one pass-time ratio returns what ``np.unique(axis=0)`` does;
+    rows that differ (in value, in the sign of a zero, or a NaN that equals nothing) take unique."""
+    from simulator.pipeline.makespan import _distinct_orders
+    rng = np.random.default_rng(0)
+    cases = [np.ones((1, 3)), np.tile([[1.0, 0.5, 0.25]], (7, 1)), np.array([[1, .5, .25], [1, .5, .5]]),
+             np.zeros((0, 3)), np.array([[0.0, 1, 1], [-0.0, 1, 1]]), np.array([[np.nan, 1, 1]] * 2),
+             np.repeat(rng.random((3, 3)), 4, axis=0), np.repeat(np.ones((4, 1, 3)), 3, axis=1)[:, 1]]
+    for orders in cases:
+        want, got = np.unique(orders, axis=0), _distinct_orders(orders)
+        assert got.shape == want.shape and got.dtype == want.dtype and got.tobytes() == want.tobytes()
