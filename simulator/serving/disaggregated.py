@@ -65,14 +65,26 @@ _MDC_SCV = 0.5
 
 def _mdc_mean_wait(rho, servers, service_s):
     """(mean wait, probability of waiting, service time, c (1 - rho)) of an M/D/c queue."""
+    queue = _mdc_queue(servers, service_s)
+    wq, p_wait, idle = _mdc_mean_wait_at(rho, *queue)
+    return wq, p_wait, queue[2], idle
+
+
+def _mdc_queue(servers, service_s):
+    """(c, Sakasegawa's exponent sqrt(2 (c + 1)) - 1, service time) of an M/D/c queue: what its
+    wait at any utilisation shares (a bisection over the utilisation computes them once)."""
+    c = np.maximum(_f(servers), 1.0)
+    return c, np.sqrt(2.0 * (c + 1.0)) - 1.0, _f(service_s)
+
+
+def _mdc_mean_wait_at(rho, c, exponent, service_s):
+    """(mean wait, probability of waiting, c (1 - rho)) of the M/D/c queue ``_mdc_queue`` gave."""
     # clipped to [0, 0.999999] and [0, 1] (np.clip's bounds, without its overhead)
     rho = np.minimum(np.maximum(_f(rho), 0.0), 0.999999)
-    c = np.maximum(_f(servers), 1.0)
-    p_wait = np.minimum(np.maximum(rho ** (np.sqrt(2.0 * (c + 1.0)) - 1.0), 0.0), 1.0)
-    service_s = _f(service_s)
+    p_wait = np.minimum(np.maximum(rho ** exponent, 0.0), 1.0)
     idle = c * (1.0 - rho)
     wq = p_wait / idle * _MDC_SCV * service_s
-    return wq, p_wait, service_s, idle
+    return wq, p_wait, idle
 
 
 def decode_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl) -> dict[str, np.ndarray]:
@@ -210,17 +222,21 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
         return (host + own + np.maximum(wq, sync) + t_kv, host + own + np.maximum(w90, SYNC_P90 * sync) + t_kv,
                 own)
 
+    queue = _mdc_queue(servers, service)          # the loop's constants, computed once
+    before_wait = host + own
+
     def mean_ttft_at(x):
         """``ttft_at(x)[0]`` (the same numbers) without the 90th percentile."""
-        wq = np.minimum(mdc_mean_wait_s(x / capacity, servers, service), cap)
-        return host + own + np.maximum(wq, sync) + t_kv
+        wq = np.minimum(_mdc_mean_wait_at(x / capacity, *queue)[0], cap)
+        return before_wait + np.maximum(wq, sync) + t_kv
 
+    decode_s = gen * tpot
     lo = np.zeros_like(n_clients)
-    hi = np.minimum(capacity * 0.999999, n_clients / (gen * tpot + t_kv))
+    hi = np.minimum(capacity * 0.999999, n_clients / (decode_s + t_kv))
     for _ in range(_BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
         ttft_mid = mean_ttft_at(mid)
-        too_fast = mid * (ttft_mid + gen * tpot) > n_clients
+        too_fast = mid * (ttft_mid + decode_s) > n_clients
         hi = np.where(too_fast, mid, hi)
         lo = np.where(too_fast, lo, mid)
     x = 0.5 * (lo + hi)
