@@ -69,6 +69,10 @@ MODULE_DROPS = {"core_attn": ("core",), "layernorm": ("norm_outputs",), "mlp_act
                 "mla_up_proj": ("qkv", "attn_k"), "moe_dispatch": (), "mlp": ("mlp_fc1_out", "mlp_fc1_up", "mlp_act_out"),
                 "moe": (), "every_second_linear": ("attn_k", "mlp_fc1_up"),
                 "mlp_fc1": ("mlp_fc1_out", "mlp_fc1_up", "mlp_act_out")}
+#: each kept tensor that some module drops -> the bits of the modules that drop it (``MODULE_DROPS``
+#: turned around: a tensor is dropped when the mask has any of these bits)
+DROPPED_BY = {name: sum(MODULE_BITS[m] for m, drops in MODULE_DROPS.items() if name in drops)
+              for name in {n for drops in MODULE_DROPS.values() for n in drops}}
 
 
 def moe_block_modules(modules):
@@ -165,10 +169,8 @@ def kept_bytes(terms: dict, modules) -> np.ndarray:
     for name, value in terms.items():
         if name == "layer_input":
             continue
-        dropped = False
-        for module, drops in MODULE_DROPS.items():
-            if name in drops:
-                dropped = dropped | ((modules & MODULE_BITS[module]) != 0)
+        bits = DROPPED_BY.get(name)
+        dropped = False if bits is None else (modules & bits) != 0
         total = total + np.where(dropped, 0.0, value)
     return total
 

@@ -96,3 +96,19 @@ def test_a_search_where_nothing_fits_names_the_smallest_footprint_over_every_row
         plan("llama3-70b", "dgx-h100", 2, global_batch=8)
     assert str(pruned.value) == str(unpruned.value)
     assert "needs 631.8 GiB" in str(pruned.value) and "192 configurations" in str(pruned.value)
+
+
+def test_a_kept_tensor_is_dropped_by_exactly_the_modules_that_name_it():
+    """``kept_bytes`` of one-byte terms under every modules mask: a tensor counts unless a module
+    of the mask lists it in ``MODULE_DROPS`` (attn_k: mla_up_proj and every_second_linear;
+    mlp_fc1_up: mlp, mlp_fc1 and every_second_linear; the layer input never counts)."""
+    import numpy as np
+    from cost_models.memory import MODULE_BITS, MODULE_DROPS, kept_bytes
+    names = ("core", "norm_outputs", "mlp_act_out", "qkv", "attn_k", "mlp_fc1_out", "mlp_fc1_up", "attn_out")
+    terms = {name: 2.0 ** i for i, name in enumerate(names)} | {"layer_input": 1e6}
+    masks = np.arange(2 ** len(MODULE_BITS))
+    got = kept_bytes(terms, masks)
+    for mask in (0, 1, 136, 416, int(masks[-1])) + tuple(range(0, 512, 7)):
+        dropped = {n for m, drops in MODULE_DROPS.items() if mask & MODULE_BITS[m] for n in drops}
+        assert got[mask] == sum(2.0 ** i for i, n in enumerate(names) if n not in dropped), mask
+    assert kept_bytes(terms, MODULE_BITS["every_second_linear"]) == 255 - 2 ** 4 - 2 ** 6
