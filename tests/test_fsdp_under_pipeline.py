@@ -38,11 +38,12 @@ def _stage0_params():
 
 
 def test_only_torchtitan_gathers_once_per_step_under_a_pipeline():
-    # its eager profile and its torch.compile one: compile changes the kernels, not the FSDP policy
+    # its eager profiles (0.2.0, 0.3.0) and its torch.compile one: compile changes the kernels,
+    # not the FSDP policy
     for name in list_stacks():
         training = load_stack(name).training
         if training is not None:
-            torchtitan = name in ("torchtitan", "torchtitan-compile")
+            torchtitan = name in ("torchtitan", "torchtitan-0.3", "torchtitan-compile")
             assert training.zero3_under_pipeline == ("once_per_step" if torchtitan else "per_microbatch"), name
     assert TORCHTITAN["zero3_once_per_step"] is True
     assert stack_config_fields(load_stack("pytorch-fsdp"), "bf16")["zero3_once_per_step"] is False

@@ -71,7 +71,7 @@ def test_the_old_stacks_say_what_their_releases_lack_and_current_ones_lack_nothi
         assert load_stack(name).training.lacks == ("zero2_with_pipeline", "moe_tp_without_sp"), name
     assert load_stack("pytorch-ddp").training.lacks == ()
     # FSDP shards the parameters too (or nothing): no ZeRO-1
-    for name in ("torchtitan", "torchtitan-compile", "pytorch-fsdp", "llm-foundry"):
+    for name in ("torchtitan", "torchtitan-0.3", "torchtitan-compile", "pytorch-fsdp", "llm-foundry"):
         assert load_stack(name).training.lacks == ("zero1",)
     # every built-in file's entry names only known features and cites its source
     for name in ("megatron-lm-2019", "megatron-lm-2021", "megatron-lm-2022", "deepspeed-2021", "gpt-neox-2022",

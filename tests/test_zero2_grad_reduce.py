@@ -72,7 +72,7 @@ def test_the_planner_prices_zero2_as_simulate_does_on_a_stack_that_keeps_it_whol
     assert float(best.iloc[0].memory_gib) == pytest.approx(float(ranked.iloc[0].memory_gib), rel=1e-9)
 
 
-@pytest.mark.parametrize("stack, every", [("torchtitan", True), ("torchtitan-compile", True), ("pytorch-fsdp", True),
+@pytest.mark.parametrize("stack, every", [("torchtitan", True), ("torchtitan-0.3", True), ("torchtitan-compile", True), ("pytorch-fsdp", True),
                                           ("llm-foundry", True), ("metaseq-2022", True), ("megatron-core", False),
                                           ("megatron-bridge", False), ("deepspeed-2021", False),
                                           ("megatron-deepspeed", False)])

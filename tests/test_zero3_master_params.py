@@ -49,7 +49,7 @@ def test_the_hand_count_of_llama3_8b_is_the_models():
 
 
 def test_the_fsdp_stacks_keep_the_fp32_shard_only_and_the_others_a_16_bit_shard_beside_it():
-    fsdp = {"torchtitan", "torchtitan-compile", "pytorch-fsdp", "llm-foundry", "maxtext"}
+    fsdp = {"torchtitan", "torchtitan-0.3", "torchtitan-compile", "pytorch-fsdp", "llm-foundry", "maxtext"}
     for name in list_stacks():
         training = load_stack(name).training
         if training is not None:
