@@ -192,10 +192,18 @@ def shown_number(value) -> str:
     return digits_text(value) or repr(value)
 
 
+#: an integer of more digits than this is quoted by its size (``digits_text``), not in full: a
+#: message stays one readable line, and Python will not write one of over 4,300 digits at all
+MAX_QUOTED_DIGITS = 40
+
+
 def as_given(value) -> str:
-    """A number as an error message quotes it: an integer with thousands separators, a float as
-    Python writes it (``1e+30``, not the 31-digit integer ``int(1e30)`` is)."""
+    """A number as an error message quotes it: an integer with thousands separators (by its
+    number of digits above ``MAX_QUOTED_DIGITS``), a float as Python writes it (``1e+30``, not
+    the 31-digit integer ``int(1e30)`` is)."""
     if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        if abs(int(value)) >= 10**MAX_QUOTED_DIGITS:
+            return digits_text(value)
         return f"{int(value):,}"
     return repr(float(value)) if isinstance(value, numbers.Real) else repr(value)
 

@@ -248,7 +248,7 @@ def atomic_output_path(path: str | os.PathLike, write, field: str = "--out") -> 
         raise InputError(field, f"{path} is a folder", "give a file name")
     _refuse_special(target, field)
     _refuse_input(target, field)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem[:100]}.", suffix=target.suffix or ".tmp", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem[:100]}.", suffix=target.suffix[:32] or ".tmp", dir=folder)
     os.close(fd)
     try:
         os.chmod(tmp, _umask_mode())

@@ -29,7 +29,7 @@ from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.stack_spec import StackSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.placement import placed_cluster
-from hardware_specs.errors import InputError, whole_number
+from hardware_specs.errors import InputError, as_given, whole_number
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from planners import infeasible
@@ -387,7 +387,7 @@ def resolve_global_batch(seq_len: int, global_batch: int | None, global_batch_to
                          "pass global_batch (sequences) or global_batch_tokens (tokens), not both")
     if global_batch is not None:
         if not 1 <= whole_number("global_batch", global_batch) <= MAX_GLOBAL_BATCH:
-            raise InputError("global_batch", f"must be between 1 and {MAX_GLOBAL_BATCH:,}, got {global_batch}")
+            raise InputError("global_batch", f"must be between 1 and {MAX_GLOBAL_BATCH:,}, got {as_given(global_batch)}")
         return int(global_batch)
     tokens = whole_number("global_batch_tokens", global_batch_tokens)
     if tokens > MAX_GLOBAL_BATCH * seq_len:

@@ -2,6 +2,8 @@
 what the user typed, exit 2, nothing written half-way."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from cli_results import one_line_error, run
@@ -135,33 +137,35 @@ _SERVE = ("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100")
 
 
 @pytest.mark.parametrize("extra, says", [
-    (("--batch", _HUGE), "--batch: 10,000,"),
-    (("--mode", "disagg", "--decode-batch", _HUGE), "--decode-batch: 10,000,"),
-    (("--mode", "disagg", "--prefill-batch", _HUGE), "--prefill-batch: 10,000,"),
+    (("--batch", _HUGE), "--batch: an integer of 401 digits is above"),
+    (("--mode", "disagg", "--decode-batch", _HUGE), "--decode-batch: an integer of 401 digits"),
+    (("--mode", "disagg", "--prefill-batch", _HUGE), "--prefill-batch: an integer of 401 digits"),
     (("--isl", _HUGE), "isl: longer than 10 million tokens"),
     (("--osl", _HUGE), "osl: longer than 10 million tokens"),
-    (("--tp", _HUGE), "--tp: a worker of tp 10,000,"),
-    (("--pp", _HUGE), "--pp: a worker of tp 1 x pp 10,000,"),
-    (("--workers", _HUGE), "--workers: the deployment spans 10,000,"),
+    (("--tp", _HUGE), "--tp: a worker of tp an integer of 401 digits"),
+    (("--pp", _HUGE), "--pp: a worker of tp 1 x pp an integer of 401 digits"),
+    (("--workers", _HUGE), "--workers: the deployment spans an integer of 401 digits"),
     (("--speculative-tokens", _HUGE), "--speculative-tokens: must be a whole number in [0, 16]"),
 ])
 def test_serve_simulate_refuses_an_integer_too_large_for_a_float_naming_the_option(extra, says):
     one_line_error(run(*_SERVE, *extra), says)
 
 
-@pytest.mark.parametrize("batch", [10**308, _HUGE, 2**24 + 1])
-def test_a_serving_batch_above_serve_plans_max_batch_bound_is_refused_with_the_bound(batch):
+@pytest.mark.parametrize("batch, shown", [(10**308, "an integer of 309 digits"), (_HUGE, "an integer of 401 digits"),
+                                          (2**24 + 1, "16,777,217")])
+def test_a_serving_batch_above_serve_plans_max_batch_bound_is_refused_with_the_bound(batch, shown):
     # 10**308 requests were told they 'need inf GiB of KV cache': serve plan's --max-batch range
-    # (1 .. 2**24 = 16,777,216) bounds serve simulate's per-rank batch too
+    # (1 .. 2**24 = 16,777,216) bounds serve simulate's per-rank batch too; an integer of more than
+    # 40 digits is quoted by its size
     line = one_line_error(run(*_SERVE, "--batch", batch),
-                          f"--batch: {batch:,} is above the largest supported value 16,777,216")
+                          f"--batch: {shown} is above the largest supported value 16,777,216")
     assert "inf" not in line
 
 
 @pytest.mark.parametrize("extra, says", [
     (("-n", _HUGE), "--gpus: "),
-    (("-n", 8, "--isl", _HUGE), "--isl: 10,000,"),
-    (("-n", 8, "--osl", _HUGE), "--osl: 10,000,"),
+    (("-n", 8, "--isl", _HUGE), "--isl: an integer of 401 digits"),
+    (("-n", 8, "--osl", _HUGE), "--osl: an integer of 401 digits"),
 ])
 def test_serve_plan_refuses_an_integer_too_large_for_a_float_naming_the_option(extra, says):
     one_line_error(run("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", *extra), says)
@@ -171,7 +175,7 @@ def test_the_shared_number_checks_read_an_integer_too_large_for_a_float():
     from hardware_specs.errors import InputError, is_finite, require_plausible, require_positive, whole_number
     assert is_finite(10**308) and not is_finite(_HUGE) and not is_finite(-_HUGE) and is_finite(10**30)
     assert whole_number("x", _HUGE) == _HUGE                 # whole however large: its caller bounds it
-    with pytest.raises(InputError, match=r"x: 10,000,.* is above the largest supported value 16 \(check"):
+    with pytest.raises(InputError, match=r"^x: an integer of 401 digits is above the largest supported value 16 \(check"):
         whole_number("x", _HUGE, maximum=16)
     with pytest.raises(InputError, match=r"^x: an integer of 401 digits is above the largest supported value"):
         require_positive("x", _HUGE)
@@ -185,24 +189,24 @@ def test_the_apis_refuse_an_integer_too_large_for_a_float_as_input_errors_and_sw
     from hardware_specs.catalog import load_gpu
     from hardware_specs.errors import InputError
     from paraplan import api, serving_api as sa
-    with pytest.raises(InputError, match=r"^tp: 10,000,.* is above the largest supported value 16,777,216"):
+    with pytest.raises(InputError, match=r"^tp: an integer of 401 digits is above the largest supported value 16,777,216"):
         api.simulate("gpt3-125m", "dgx-h100", gpus=8, global_batch=16, tp=_HUGE)
     with pytest.raises(InputError, match=r"^hbm_gib: an integer of 401 digits is above the plausible maximum"):
         api.what_if_gpu(load_gpu("h100-sxm-80gb"), hbm_gib=_HUGE)
     with pytest.raises(InputError, match=r"^scaleout_gbit_per_s: an integer of 401 digits is above the plausible"):
         api.what_if_cluster("dgx-h100", scaleout_gbit_per_s=_HUGE)
-    for kwargs, says in ((dict(gpus=_HUGE), "^--gpus: "), (dict(gpus=8, isl=_HUGE), "^--isl: 10,000,"),
-                         (dict(gpus=8, max_batch=_HUGE), "^--max-batch: 10,000,.* above the largest supported "
+    for kwargs, says in ((dict(gpus=_HUGE), "^--gpus: "), (dict(gpus=8, isl=_HUGE), "^--isl: an integer of 401 digits"),
+                         (dict(gpus=8, max_batch=_HUGE), "^--max-batch: an integer of 401 digits is above the largest supported "
                                                          "value 16,777,216")):
         with pytest.raises(InputError, match=says):
             sa.serve_plan("llama3.1-8b", "dgx-h100", **kwargs)
-    with pytest.raises(InputError, match=r"^batch: 10,000,.* is above the largest supported value 16,777,216"):
+    with pytest.raises(InputError, match=r"^batch: an integer of 401 digits is above the largest supported value 16,777,216"):
         sa.serve_simulate("llama3.1-8b", "dgx-h100", batch=_HUGE)
     err = sa.serve_sweep(dict(model="llama3.1-8b", system="dgx-h100"), "batch", [_HUGE]).error.iloc[0]
-    assert err.startswith("batch: 10,000,") and "16,777,216" in err
+    assert err.startswith("batch: an integer of 401 digits") and "16,777,216" in err
     rows = api.sweep(dict(model="gpt3-125m", cluster="dgx-h100", gpus=8, global_batch=16), "tp", [_HUGE],
                      on_error="skip")
-    assert rows.error.iloc[0].startswith("tp: 10,000,") and "16,777,216" in rows.error.iloc[0]
+    assert rows.error.iloc[0].startswith("tp: an integer of 401 digits") and "16,777,216" in rows.error.iloc[0]
 
 
 @pytest.mark.parametrize("slo", ["ttft_ms", "tpot_ms"])
@@ -253,3 +257,32 @@ def test_an_output_name_near_the_systems_limit_is_written_its_temp_name_kept_sho
     result = run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "--json", "--out", out)
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]
+
+
+def test_a_legal_name_whose_suffix_is_long_is_written_through_its_temp_file(tmp_path):
+    # 't.' + 250 characters: the temp name kept the whole 251-character suffix, went over 255 bytes
+    # and printed 'error: io: [Errno 36]', naming no option
+    out = tmp_path / ("t." + "j" * 250)
+    result = run("simulate", "-m", "gpt3-125m", "-c", "dgx-h100", "--gpus", 8, "--global-batch", 16, "--trace", out)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]
+    assert json.loads(out.read_text())
+
+
+_HUGER = 10**5000              # more digits than Python writes as text (4,300): f"{n:,}" raises ValueError
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda sa, api: sa.serve_plan("llama3.1-8b", "dgx-h100", gpus=8, max_batch=_HUGER), "^--max-batch: an integer of over 4,000 digits is above"),
+    (lambda sa, api: sa.serve_plan("llama3.1-8b", "dgx-h100", gpus=_HUGER), "^--gpus: an integer of over 4,000 digits GPUs"),
+    (lambda sa, api: sa.serve_simulate("llama3.1-8b", "dgx-h100", tp=_HUGER), "^tp: a worker of tp an integer of over 4,000 digits"),
+    (lambda sa, api: sa.serve_simulate("llama3.1-8b", "dgx-h100", workers=_HUGER), "^workers: the deployment spans an integer of over"),
+    (lambda sa, api: api.simulate("gpt3-125m", "dgx-h100", gpus=8, global_batch=16, tp=_HUGER), "^tp: an integer of over 4,000 digits"),
+    (lambda sa, api: api.plan("gpt3-125m", "dgx-h100", gpus=8, global_batch=_HUGER), "^global_batch: must be between 1 and"),
+])
+def test_an_integer_of_more_digits_than_python_writes_is_an_input_error_quoted_by_its_size(call, says):
+    # the first fix quoted such a value with f"{n:,}", which raises ValueError past 4,300 digits
+    from hardware_specs.errors import InputError
+    from paraplan import api, serving_api as sa
+    with pytest.raises(InputError, match=says):
+        call(sa, api)

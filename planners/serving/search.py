@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from cost_models.weight_formats import WEIGHT_FORMATS, weight_bytes
-from hardware_specs.errors import InputError, is_finite, whole_number
+from hardware_specs.errors import InputError, as_given, is_finite, whole_number
 from planners.serving.labels import prompts_per_step, worker_labels
 from planners.serving.pareto import pareto_front
 from planners.serving.space import with_batches, worker_layouts
@@ -917,7 +917,7 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
         raise InputError("allow_pp", f"must be True or False, got {allow_pp!r}")
     ctx.check_request(isl, osl)
     if gpus > MAX_GPUS:
-        raise InputError("--gpus", f"{gpus} GPUs is more than the {MAX_GPUS} a serving search covers",
+        raise InputError("--gpus", f"{as_given(gpus)} GPUs is more than the {MAX_GPUS} a serving search covers",
                          "plan one deployment unit and replicate it")
     if ctx.cluster.max_gpus is not None and gpus > ctx.cluster.max_gpus:
         raise InputError("--gpus", f"{gpus} GPUs exceed the {ctx.cluster.max_gpus} of {ctx.cluster.name}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from hardware_specs.errors import InputError, whole_number
+from hardware_specs.errors import InputError, as_given, whole_number
 from simulator.parallel_config import MAX_GPUS
 
 MODES = ("agg", "disagg")
@@ -110,15 +110,15 @@ def refuse_too_many_gpus(dep: "Deployment", limit: int = MAX_GPUS, ceiling: str 
 
     for lay, _, option in sides:
         if lay.gpus > limit:
-            raise degree_error(lay, option, f"a worker of tp {lay.tp:,} x pp {lay.pp:,} x adp {lay.adp:,} spans "
-                               f"{lay.gpus:,} GPUs, above {ceiling}")
+            raise degree_error(lay, option, f"a worker of tp {as_given(lay.tp)} x pp {as_given(lay.pp)} x adp {as_given(lay.adp)} spans "
+                               f"{as_given(lay.gpus)} GPUs, above {ceiling}")
     for lay, count, option in sides:
         if count > 1:
             role = "" if dep.mode == "agg" else option[2:-1] + " "
-            raise InputError(f"{option}workers", f"the deployment spans {dep.gpus:,} GPUs ({count:,} {role}workers "
-                             f"of {lay.gpus:,}), above {ceiling}", "use fewer workers or smaller workers")
-    raise degree_error(sides[0][0], sides[0][2], f"the deployment spans {dep.gpus:,} GPUs (" + " and ".join(
-        f"one {o[2:]}worker of {la.gpus:,}" for la, _, o in sides) + f"), above {ceiling}")
+            raise InputError(f"{option}workers", f"the deployment spans {as_given(dep.gpus)} GPUs ({as_given(count)} {role}workers "
+                             f"of {as_given(lay.gpus)}), above {ceiling}", "use fewer workers or smaller workers")
+    raise degree_error(sides[0][0], sides[0][2], f"the deployment spans {as_given(dep.gpus)} GPUs (" + " and ".join(
+        f"one {o[2:]}worker of {as_given(la.gpus)}" for la, _, o in sides) + f"), above {ceiling}")
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ class Deployment:
             (self.prefill, "--prefill-batch"), (self.decode, "--decode-batch"))
         for lay, option in sides:
             if lay.batch > MAX_BATCH:
-                raise InputError(option, f"{lay.batch:,} is above the largest supported value {MAX_BATCH:,}",
+                raise InputError(option, f"{as_given(lay.batch)} is above the largest supported value {MAX_BATCH:,}",
                                  "check the number")
         if self.gpus > MAX_GPUS:        # as a training job: larger is a typo, and TTFTs would reach 1e39 s
             refuse_too_many_gpus(self)
