@@ -1,19 +1,12 @@
 """How ``paraplan validate published`` turns one row into model and configuration inputs."""
 import pytest
 from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file
+from published_row import llama31_8b_row
 
 
 def _llama31_8b_row(**overrides):
     """A published-runs row for Llama 3.1 8B on 8 H100 with the vocab column left empty."""
-    row = {"id": "X-1:tokens_per_s_per_gpu", "run_id": "X-1", "gpu_profile": "h100-sxm-80gb",
-           "dtype_norm": "bf16", "zero_norm": "1", "flops_convention": "none", "model": "Llama 3.1 8B",
-           "layers": 32, "hidden": 4096, "ffn_hidden": 14336, "heads": 32, "kv_heads": 8,
-           "vocab": float("nan"), "seq_len": 8192, "moe_experts": "", "moe_topk": "", "n_gpus": 8,
-           "tp": 1, "pp": 1, "dp": 8, "cp": "", "ep": "", "vpp": "", "micro_batch": 1,
-           "global_batch": 64, "recompute": "none", "seq_parallel": "n",
-           "measured_metric": "tokens_per_s_per_gpu", "measured_value": 10000.0}
-    row.update(overrides)
-    return row
+    return llama31_8b_row(**{"vocab": float("nan"), **overrides})
 
 
 def test_empty_vocab_comes_from_the_named_preset_of_the_same_shape():

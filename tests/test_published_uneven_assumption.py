@@ -2,18 +2,12 @@
 ``uneven_layers`` (every chunk ceil(L / chunks) layers, the shortfall taken from the ends
 inwards): the row says so among its assumptions, as ``validate published --json`` prints them;
 a row whose layers divide says nothing of it."""
+from published_row import llama31_8b_row
 
 
 def _row(**overrides):
-    row = {"id": "X-1:tokens_per_s_per_gpu", "run_id": "X-1", "gpu_profile": "h100-sxm-80gb",
-           "dtype_norm": "bf16", "zero_norm": "1", "flops_convention": "none", "model": "Llama 3.1 8B",
-           "layers": 32, "hidden": 4096, "ffn_hidden": 14336, "heads": 32, "kv_heads": 8,
-           "vocab": 128256, "seq_len": 8192, "moe_experts": "", "moe_topk": "", "n_gpus": 24,
-           "tp": 1, "pp": 3, "dp": 8, "cp": "", "ep": "", "vpp": "", "micro_batch": 1,
-           "global_batch": 64, "recompute": "none", "seq_parallel": "n",
-           "measured_metric": "tokens_per_s_per_gpu", "measured_value": 10000.0}
-    row.update(overrides)
-    return row
+    """Llama 3.1 8B on 24 H100 as dp 8 x pp 3."""
+    return llama31_8b_row(**{"n_gpus": 24, "pp": 3, **overrides})
 
 
 def test_a_row_on_an_uneven_split_says_which_split_ran():

@@ -7,19 +7,12 @@ from functools import lru_cache
 import pytest
 
 from paraplan.validation.published import Skip, row_inputs
+from published_row import llama31_8b_row
 
 
 def _row(**overrides):
     """Llama 3.1 8B on 8 H100 (data parallel), every needed column stated."""
-    row = {"id": "X-1:tokens_per_s_per_gpu", "run_id": "X-1", "gpu_profile": "h100-sxm-80gb",
-           "dtype_norm": "bf16", "zero_norm": "1", "flops_convention": "none", "model": "Llama 3.1 8B",
-           "layers": 32, "hidden": 4096, "ffn_hidden": 14336, "heads": 32, "kv_heads": 8,
-           "vocab": 128256, "seq_len": 8192, "moe_experts": "", "moe_topk": "", "n_gpus": 8,
-           "tp": 1, "pp": 1, "dp": 8, "cp": "", "ep": "", "vpp": "", "micro_batch": 1,
-           "global_batch": 64, "recompute": "none", "seq_parallel": "n",
-           "measured_metric": "tokens_per_s_per_gpu", "measured_value": 10000.0}
-    row.update(overrides)
-    return row
+    return llama31_8b_row(**overrides)
 
 
 def _mixtral_row(**overrides):
