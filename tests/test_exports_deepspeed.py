@@ -81,8 +81,11 @@ def test_deepspeed_config_accepts_every_matrix_export_and_reads_the_planned_batc
     import torch
     assert config.communication_data_type == (torch.float32 if p["grad_reduce_bytes"] == 4 else torch.bfloat16)
     assert config.zero_config.reduce_bucket_size == max(p["grad_bucket_elements"], p["grad_bucket_elements_per_dp"] * p["dp"])
+    # as engine.py:851-864 calls it: the offload flags from the config's own ZeRO section
     ds["validate_autoep"](config.expert_parallel_config, p["n_gpus"], p["pp"], p["tp"], p["cp"],
-                          zero_stage=p["zero_stage"])
+                          zero_stage=p["zero_stage"],
+                          zero_offload_optimizer=config.zero_config.offload_optimizer is not None,
+                          zero_offload_param=config.zero_config.offload_param is not None)
     assert config.expert_parallel_config.enabled == (p["ep"] > 1)
     if p["ep"] > 1:
         assert config.expert_parallel_config.autoep_size == p["ep"]
@@ -219,3 +222,31 @@ def test_autotp_with_zero3_is_written_as_deepspeed_0_19_8_trains_it(ds):
     row = dict(next(r for n, r in ACCEPTED if n == "zero3-deepspeed-no-sp"))
     cfg = deepspeed.config(row)
     assert cfg["tensor_parallel"] == {"autotp_size": 4} and cfg["zero_optimization"]["stage"] == 3
+
+
+def test_optimizer_offload_beside_autoep_and_autotp_is_refused_as_deepspeed_refuses_it(ds, monkeypatch):
+    """DeepSpeed 0.19.8 refuses ZeRO-Offload when AutoEP folds experts beside AutoTP
+    (``module_inject/auto_ep_folding.py:248-250``, reached from ``runtime/engine.py:851-864``):
+    Mixtral on 16 GPUs at tp 2, ep 4, ZeRO-2 with the optimizer on the host had been written and
+    failed in ``deepspeed.initialize``. The export refuses it on one line; the same plan at tp 1
+    (AutoEP alone) is written and DeepSpeed's own check accepts it with the offload."""
+    row = dict(model="mixtral-8x7b", seq_len=4096, dp=8, tp=2, pp=1, ep=4, micro_batch=1, global_batch=64,
+               zero_stage=2, recompute="full", sequence_parallel=False, offload_optimizer_fraction=1.0)
+    assert not deepspeed.can_run(row)
+    with pytest.raises(InputError) as err:
+        deepspeed.emit(row)
+    assert err.value.field == "offload_optimizer_fraction" and "\n" not in str(err.value)
+    # what DeepSpeed itself says of the config the export used to write
+    cfg = deepspeed.config({**row, "offload_optimizer_fraction": 0.0})
+    cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+    config = build(ds, cfg, plan_fields(row), monkeypatch)
+    with pytest.raises(ValueError, match="offload with AutoEP\\+AutoTP folding"):
+        ds["validate_autoep"](config.expert_parallel_config, 16, 1, 2, 1, zero_stage=2,
+                              zero_offload_optimizer=config.zero_config.offload_optimizer is not None)
+    alone = {**row, "tp": 1, "dp": 16}
+    cfg = json.loads(deepspeed.emit(alone))
+    assert cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    config = build(ds, cfg, plan_fields(alone), monkeypatch)
+    ds["validate_autoep"](config.expert_parallel_config, 16, 1, 1, 1, zero_stage=2,
+                          zero_offload_optimizer=config.zero_config.offload_optimizer is not None)
+    assert config.expert_parallel_config.autoep_size == 4

@@ -63,7 +63,8 @@ def can_run(plan_row: Any) -> bool:
 def screened(col) -> list:
     """Column conditions under which ``_check`` refuses a plan for certain (``exports.screen``;
     ``col(name)``: the field on every row), each one of its checks."""
-    pp, tp, cp, vpp = (screen.number(col, k) for k in ("pp", "tp", "cp", "vpp"))
+    pp, tp, cp, vpp, ep = (screen.number(col, k) for k in ("pp", "tp", "cp", "vpp", "ep"))
+    offload = screen.number(col, "offload_optimizer_fraction")
     zero = screen.effective_zero(col)
     piped = None if pp is None else pp > 1
     return [
@@ -75,6 +76,9 @@ def screened(col) -> list:
         screen.where(piped, None if zero is None else zero >= 2),                     # pipeline: ZeRO 0-1
         screen.where(piped, None if zero is None else zero == 0, screen.text_in(col, "dtype", ("bf16",))),
         screen.where(piped, None if tp is None else tp > 1),                          # no AutoTP beside it
+        # ZeRO-Offload refused beside AutoEP + AutoTP folding
+        screen.where(None if tp is None else tp > 1, None if ep is None else ep > 1,
+                     None if offload is None else offload > 0),
         # cp > 1: Ulysses only, and on a data x sequence mesh (either check refuses)
         screen.where(None if cp is None else cp > 1,
                      None if tp is None or pp is None else (tp > 1) | (pp > 1)),
@@ -151,6 +155,13 @@ def _check(p: dict) -> None:
         if model.num_heads % cp:
             raise InputError("cp", f"Ulysses splits the {model.num_heads} attention heads over cp={cp}",
                              "choose cp dividing the head count")
+    if tp > 1 and p["ep"] > 1 and p.get("offload_optimizer_fraction"):
+        # deepspeed/module_inject/auto_ep_folding.py:248-250 at 0.19.8 (validate_autoep_config,
+        # called from runtime/engine.py:851-864 with zero_offload_optimizer set): "ZeRO optimizer/
+        # parameter offload with AutoEP+AutoTP folding is not validated yet"
+        raise InputError("offload_optimizer_fraction", f"{RELEASE} refuses ZeRO-Offload beside AutoEP + AutoTP "
+                         f"folding (tp={tp} with ep={p['ep']})",
+                         "plan without optimizer offload, or with tp 1 or ep 1")
     if p["etp"] > 1:
         raise InputError("etp", "AutoEP reserves expert_tensor_parallel_size for future use (it must be 1)", "use etp 1")
     if zero == 3 and recompute == Recompute.FULL and not p["zero3_recompute_gather"]:
