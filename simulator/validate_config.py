@@ -369,10 +369,16 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
         if model.moe.num_experts % c.ep:
             raise InputError("ep", f"ep={c.ep} does not divide the {model.moe.num_experts} experts",
                              f"choose ep from {_divisors(model.moe.num_experts, 512)}")
-        most = model.moe.num_experts / model.moe.top_k
+        # the busiest of the ep ranks holds experts / ep experts, so it takes at most
+        # min(top_k, experts / ep) rows of each of the group's T tokens, against a mean of
+        # T top_k / ep: the ratio is at most min(ep, experts / top_k) (at ep 1 it has no effect)
+        per_token = model.moe.num_experts / model.moe.top_k
+        most = per_token if c.ep == 1 else min(c.ep, per_token)
         if c.moe_load_imbalance > most:
-            raise InputError("moe_load_imbalance", f"{c.moe_load_imbalance:g} is above {most:g}, the ratio when "
-                             f"every token's {model.moe.top_k} experts are the busiest (experts / top_k)",
+            why = (f"every token's {model.moe.top_k} experts are the busiest (experts / top_k)" if most == per_token
+                   else f"every token routes all its {model.moe.top_k} experts to the busiest of the ep={c.ep} "
+                        "ranks (ep)")
+            raise InputError("moe_load_imbalance", f"{c.moe_load_imbalance:g} is above {most:g}, the ratio when {why}",
                              f"use a ratio between 1 and {most:g}")
         if (c.dp * c.cp * c.tp) % (c.ep * c.etp):
             raise InputError("ep", f"ep*etp = {c.ep}*{c.etp} must divide dp*cp*tp = {c.dp * c.cp * c.tp} "

@@ -343,6 +343,27 @@ def test_moe_load_imbalance_is_at_most_experts_over_top_k():
     assert err.value.field == "moe_load_imbalance"
 
 
+@pytest.mark.parametrize("model_name, ep, most", [("mixtral-8x7b", 2, 2.0), ("mixtral-8x7b", 4, 4.0),
+                                                   ("mixtral-8x7b", 8, 4.0), ("deepseek-v3", 8, 8.0),
+                                                   ("deepseek-v3", 64, 32.0)])
+def test_moe_load_imbalance_is_at_most_what_the_busiest_ep_rank_can_take(model_name, ep, most):
+    """Of T tokens routed to top_k experts each, the mean EP rank gets T top_k / ep rows; the
+    busiest holds experts / ep experts and so gets at most T min(top_k, experts / ep) rows: the
+    ratio is at most min(ep, experts / top_k). Mixtral (8 experts, top-2) at ep 2: 2, not the
+    4 that was accepted (and priced 10.92 s against 5.96 s at 2); DeepSeek-V3 (256, top-8) at
+    ep 8: 8, at ep 64: 32."""
+    from hardware_specs.errors import InputError
+    from model_specs.catalog import load_model
+    from simulator.parallel_config import ParallelConfig
+    from simulator.validate_config import check_config
+    model = load_model(model_name)
+    config = dict(dp=64, ep=ep, global_batch=64)
+    check_config(model, ParallelConfig(**config, moe_load_imbalance=most))
+    with pytest.raises(InputError) as err:
+        check_config(model, ParallelConfig(**config, moe_load_imbalance=most + 0.5))
+    assert err.value.field == "moe_load_imbalance" and f"between 1 and {most:g}" in str(err.value)
+
+
 @pytest.mark.parametrize("field, value", [("etp", 2), ("moe_load_imbalance", 2.0)])
 def test_expert_settings_on_a_dense_model_are_refused_like_ep(field, value):
     # ep > 1 on Llama-3-8B was refused; etp 2 and an imbalance of 2 were printed in the config and

@@ -688,7 +688,7 @@ def _not_empty(value: str | None, option: str, comma_list: bool = False) -> str 
               help="Context-parallel flavour (default: the --stack's context_parallel_kind, the one its framework "
                    "runs: ring for Megatron-Core / NeMo / Megatron-Bridge (--cp-comm-type p2p), allgather for "
                    "torchtitan).")
-@click.option("--moe-load-imbalance", type=click.FloatRange(min=1.0), metavar="RATIO", default=1.0, show_default=True, help="Busiest expert-parallel rank's routed rows / the mean over the EP group (1 = balanced); capped at the model's moe.capacity_factor; no effect at --ep 1, where every expert is local.")
+@click.option("--moe-load-imbalance", type=click.FloatRange(min=1.0), metavar="RATIO", default=1.0, show_default=True, help="Busiest expert-parallel rank's routed rows / the mean over the EP group (1 = balanced; at most min(ep, experts / top_k), when every token's experts sit on the busiest rank); capped at the model's moe.capacity_factor; no effect at --ep 1, where every expert is local.")
 @click.option("--flash-attention/--no-flash-attention", default=None, help="Fused attention core (no stored score matrix).")
 @click.option("--attention-kernel", type=click.Choice([k.value for k in AttentionKernel]), default=None,
               help="How the fused attention kernel meets its softmax: auto = the GPU generation's usual kernel; "
