@@ -573,8 +573,7 @@ def scaling(data: Any, path: str | Path | None = None, *, x: str = "n_gpus", hue
         if np.isfinite(mfu).any():
             mfu_top.append(float(np.nanmax(mfu)))
     xs_all = np.unique(df[x].to_numpy(dtype=float))
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(xs_all, [f"{v:g}" for v in xs_all])
+    _x_axis(ax, xs_all)
     ax.set_xlabel("GPUs" if gpu_axis else x)
     ax.set_ylabel("throughput (tokens/s); % = of " + ("linear scaling" if gpu_axis else "the fastest point"))
     ax.set_ylim(0, max(top) * 1.1)
@@ -590,6 +589,20 @@ def scaling(data: Any, path: str | Path | None = None, *, x: str = "n_gpus", hue
     heading = "Scaling" if gpu_axis else f"Throughput vs {x}"
     ax.set_title(title or f"{heading}{': ' + subject if subject else ''}", fontsize=10)
     return _finish(fig, path, df)
+
+
+def _log_axis(xs: np.ndarray) -> bool:
+    """True when every ``x`` is above zero: GPU counts and bandwidths double, so a log2 axis
+    spaces them evenly; a log axis cannot show zero or a negative value (matplotlib drops
+    those points without a word: offload_activation_layers 0 vanished)."""
+    return bool(len(xs)) and bool((np.asarray(xs, dtype=float) > 0).all())
+
+
+def _x_axis(ax, xs: np.ndarray) -> None:
+    """A log2 x axis when every value of ``xs`` is above zero, else a linear one; a tick at each."""
+    if _log_axis(xs):
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [f"{v:g}" for v in xs])
 
 
 #: the columns :func:`scaling` draws one line per value of when they vary and ``hue`` is not given
@@ -668,8 +681,7 @@ def bandwidth(data: Any, path: str | Path | None = None, *, x: str = "scaleout_g
     _cross_unfit(ax, df, x)
     xs_all = np.sort(df[x].unique().astype(float))
     for a in (ax, ax2):
-        a.set_xscale("log", base=2)
-        a.set_xticks(xs_all, [f"{v:g}" for v in xs_all])
+        _x_axis(a, xs_all)
         a.set_xlabel(_bw_label(x))
         a.grid(alpha=0.3)
     ax.set_ylabel("throughput (tokens/s)")
@@ -680,12 +692,16 @@ def bandwidth(data: Any, path: str | Path | None = None, *, x: str = "scaleout_g
     ax.set_title(f"throughput (% vs the highest {'bandwidth' if x in BANDWIDTH_FIELDS else x})", fontsize=9)
     parts = [p for p in COMM_PARTS if p in first.columns and first[p].fillna(0).sum() > 0]
     bottom = np.zeros(len(first))
-    width = np.diff(np.log2(xs_all)).min() * 0.5 if len(xs_all) > 1 else 0.5
     fx = first[x].to_numpy(dtype=float)
+    if _log_axis(xs_all):   # half the narrowest gap, in octaves
+        width = np.diff(np.log2(xs_all)).min() * 0.5 if len(xs_all) > 1 else 0.5
+        left_edge, right_edge = fx * 2 ** (-width / 2), fx * 2 ** (width / 2)
+    else:                   # a zero or negative x: half the narrowest gap, in x's own units
+        width = np.diff(xs_all).min() * 0.5 if len(xs_all) > 1 else 1.0
+        left_edge, right_edge = fx - width / 2, fx + width / 2
     for part in parts:
         vals = first[part].fillna(0).to_numpy(dtype=float)
-        left_edge = fx * 2 ** (-width / 2)
-        ax2.bar(left_edge, vals, width=fx * 2 ** (width / 2) - left_edge, bottom=bottom, align="edge",
+        ax2.bar(left_edge, vals, width=right_edge - left_edge, bottom=bottom, align="edge",
                 color=_color(part, TIME_PARTS), label=TIME_LABELS.get(part, part), edgecolor="white")
         bottom += vals
     ax2.set_ylabel("communication on the critical path (s per step)")
