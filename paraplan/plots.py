@@ -443,6 +443,14 @@ def _time_exact(df: pd.DataFrame) -> np.ndarray:
     return exact
 
 
+#: short names of the columns ``pareto`` draws by default, for its title (any other: its column name)
+_AXIS_NAMES = {"tokens_per_s": "throughput", "memory_gib": "memory"}
+
+
+def _axis_name(column: str) -> str:
+    return _AXIS_NAMES.get(column, column)
+
+
 def pareto(plans: Any, path: str | Path | None = None, *, x: str = "memory_gib", y: str = "tokens_per_s",
            label: str | None = None, annotate: int = 6, title: str | None = None) -> Figure:
     """Every plan as a point (memory per GPU vs tokens/s) with the Pareto frontier drawn through
@@ -500,8 +508,9 @@ def pareto(plans: Any, path: str | Path | None = None, *, x: str = "memory_gib",
                     fontsize=8, fontweight="bold", color="#C44E52", ha="right")
         legend_lines.append(f"{rank}. {labels[i]}  ({_thousands(row[y])} tok/s, {row[x]:.1f} GiB)"
                             if y == "tokens_per_s" and x == "memory_gib" else f"{rank}. {labels[i]}")
-    if legend_lines:
-        ax.text(0.98, 0.3, "fastest on the frontier:\n" + "\n".join(legend_lines), transform=ax.transAxes,
+    if legend_lines:     # numbered by y, highest first: 'fastest' only when y is the throughput
+        ranked = "fastest" if y == "tokens_per_s" else f"highest {_axis_name(y)}"
+        ax.text(0.98, 0.3, f"{ranked} on the frontier:\n" + "\n".join(legend_lines), transform=ax.transAxes,
                 fontsize=7, ha="right", va="bottom", family="monospace", multialignment="left",
                 bbox=dict(boxstyle="round", facecolor="white", edgecolor="#C44E52", alpha=0.9))
     ax.set_xlabel("peak memory per GPU (GiB)" if x == "memory_gib" else x)
@@ -510,7 +519,8 @@ def pareto(plans: Any, path: str | Path | None = None, *, x: str = "memory_gib",
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     subject = _subject(df)
-    ax.set_title(title or f"Plans: throughput vs memory{': ' + subject if subject else ''}", fontsize=10)
+    ax.set_title(title or f"Plans: {_axis_name(y)} vs {_axis_name(x)}{': ' + subject if subject else ''}",
+                 fontsize=10)
     return _finish(fig, path, df)
 
 
@@ -663,7 +673,9 @@ def bandwidth(data: Any, path: str | Path | None = None, *, x: str = "scaleout_g
     with its change relative to the highest bandwidth (the highest ``x``, for another numeric
     field) and crossed where the row does not fit in memory (``fits`` False); right: the exposed
     communication parts (seconds per step) of the first series."""
-    df = _checked(data, ("tokens_per_s",), path, drawn=(x, "tokens_per_s"), x=x, hue=hue)
+    df = _checked(data, ("tokens_per_s",), path, x=x, hue=hue)
+    _require_numeric(df, x, "compare clusters, GPUs or models at one setting with plots.breakdown")
+    df = _checked(df, ("tokens_per_s",), drawn=(x, "tokens_per_s"), x=x)
     fig = Figure(figsize=(12, 4.8), dpi=110)
     ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
     groups: Iterable = df.groupby(hue, sort=False) if hue else [(None, df)]
