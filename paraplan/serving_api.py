@@ -130,19 +130,24 @@ def _check_kinds(values: Mapping[str, Any]) -> None:
 
 #: what the serving layers (``ServingContext.build``, ``simulate_serving``, ``what_if_cluster``)
 #: name where the keyword a caller gave is another: the CLI's flags are read back as keywords below
-_FIELD_KEYWORDS = {"cluster": "system", "dense_format": "precision", "expert_format": "expert_precision"}
-_FLAG = re.compile(r"--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
+_FIELD_KEYWORDS = {"cluster": "system", "dense_format": "precision", "expert_format": "expert_precision",
+                   "mode": "modes"}
+#: a CLI flag (``--tpot-ms``), or an aggregated worker's degree as ``simulator.serving.deployment.
+#: WorkerLayout`` names it (``layout.batch``: the keyword is ``batch``)
+_FLAG = re.compile(r"--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)|\blayout\.([a-z][a-z0-9_]*)\b")
+_LAYOUT = "layout."
 
 
 def _keyword_error(exc: InputError, given: Iterable[str]) -> InputError:
     """``exc`` as the API's caller should read it: headed by the keyword they passed (``batch``,
-    ``system``), not the CLI flag (``--batch``) or inner name (``cluster``) the shared layers
-    raise with (the CLI keeps its own wording), and the CLI flags in its text (``use --batch 455
-    or less``) as keywords; ``given``: the keywords of the call."""
+    ``system``), not the CLI flag (``--batch``), layout path (``layout.batch``) or inner name
+    (``cluster``) the shared layers raise with (the CLI keeps its own wording), and the CLI flags
+    in its text (``use --batch 455 or less``) as keywords; ``given``: the keywords of the call."""
     known = set(given) | set(SWEEP_FIELDS) | set(DEPLOYMENT_FIELDS)
 
     def keyword(name: str) -> str:
-        bare = name[2:].replace("-", "_") if name.startswith("--") else name
+        bare = (name[2:].replace("-", "_") if name.startswith("--")
+                else name[len(_LAYOUT):] if name.startswith(_LAYOUT) else name)
         bare = _FIELD_KEYWORDS.get(bare, bare) if _FIELD_KEYWORDS.get(bare) in known else bare
         return bare if bare in known else name
 
@@ -303,6 +308,11 @@ def serve_sweep(base: Mapping[str, Any], field: str, values: Iterable[Any]) -> p
     return _typed_expert_split(sweep_table(rows, failed, template))
 
 
+#: the keywords of ``serve_plan``
+_PLAN_KEYWORDS = ("model", "system", "gpus", "isl", "osl", "ttft_ms", "tpot_ms", "modes", "max_batch", "allow_pp",
+                  "rank_by") + CONTEXT_FIELDS
+
+
 def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 1024, osl: int = 1024,
                ttft_ms: float = 1000.0, tpot_ms: float = 50.0, modes=("agg", "disagg"), max_batch: int = 1024,
                allow_pp: bool = True, rank_by: str = "per-gpu", **context: Any) -> ServingPlan:
@@ -331,8 +341,11 @@ def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 102
         modes = tuple(modes)
     else:
         raise InputError("modes", f"expected agg, disagg, both or a list of them, got {modes!r}", "e.g. modes='both'")
-    plan = plan_serving(ctx, gpus, isl, osl, ttft_ms, tpot_ms, modes=modes, max_batch=max_batch,
-                        allow_pp=allow_pp, rank_by=rank_by)
+    try:        # the planner speaks the CLI's flags (--tpot-ms, --max-batch, allow --tpot-ms 2.9)
+        plan = plan_serving(ctx, gpus, isl, osl, ttft_ms, tpot_ms, modes=modes, max_batch=max_batch,
+                            allow_pp=allow_pp, rank_by=rank_by)
+    except InputError as exc:
+        raise _keyword_error(exc, _PLAN_KEYWORDS) from None
     # serve plan's headline: the best layout the engine can launch, the refused winner beside it
     # (before the dense model's expert split is blanked: a launch is built from the row's degrees)
     request = LaunchRequest(isl=isl, osl=osl, kv_cache_dtype=context.get("kv_cache_dtype", "auto"), rank_by=rank_by)

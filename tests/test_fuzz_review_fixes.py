@@ -195,8 +195,8 @@ def test_the_apis_refuse_an_integer_too_large_for_a_float_as_input_errors_and_sw
         api.what_if_gpu(load_gpu("h100-sxm-80gb"), hbm_gib=_HUGE)
     with pytest.raises(InputError, match=r"^scaleout_gbit_per_s: an integer of 401 digits is above the plausible"):
         api.what_if_cluster("dgx-h100", scaleout_gbit_per_s=_HUGE)
-    for kwargs, says in ((dict(gpus=_HUGE), "^--gpus: "), (dict(gpus=8, isl=_HUGE), "^--isl: an integer of 401 digits"),
-                         (dict(gpus=8, max_batch=_HUGE), "^--max-batch: an integer of 401 digits is above the largest supported "
+    for kwargs, says in ((dict(gpus=_HUGE), "^gpus: "), (dict(gpus=8, isl=_HUGE), "^isl: an integer of 401 digits"),
+                         (dict(gpus=8, max_batch=_HUGE), "^max_batch: an integer of 401 digits is above the largest supported "
                                                          "value 16,777,216")):
         with pytest.raises(InputError, match=says):
             sa.serve_plan("llama3.1-8b", "dgx-h100", **kwargs)
@@ -273,8 +273,8 @@ _HUGER = 10**5000              # more digits than Python writes as text (4,300):
 
 
 @pytest.mark.parametrize("call, says", [
-    (lambda sa, api: sa.serve_plan("llama3.1-8b", "dgx-h100", gpus=8, max_batch=_HUGER), "^--max-batch: an integer of over 4,000 digits is above"),
-    (lambda sa, api: sa.serve_plan("llama3.1-8b", "dgx-h100", gpus=_HUGER), "^--gpus: an integer of over 4,000 digits GPUs"),
+    (lambda sa, api: sa.serve_plan("llama3.1-8b", "dgx-h100", gpus=8, max_batch=_HUGER), "^max_batch: an integer of over 4,000 digits is above"),
+    (lambda sa, api: sa.serve_plan("llama3.1-8b", "dgx-h100", gpus=_HUGER), "^gpus: an integer of over 4,000 digits GPUs"),
     (lambda sa, api: sa.serve_simulate("llama3.1-8b", "dgx-h100", tp=_HUGER), "^tp: a worker of tp an integer of over 4,000 digits"),
     (lambda sa, api: sa.serve_simulate("llama3.1-8b", "dgx-h100", workers=_HUGER), "^workers: the deployment spans an integer of over"),
     (lambda sa, api: api.simulate("gpt3-125m", "dgx-h100", gpus=8, global_batch=16, tp=_HUGER), "^tp: an integer of over 4,000 digits"),

@@ -66,11 +66,11 @@ def test_a_plan_from_python_is_serve_plans():
 
 @pytest.mark.parametrize("kwargs, message", [
     # a fractional max_batch never settled the batch bisection: the call hung
-    ({"max_batch": 64.5}, "--max-batch: must be a whole number >= 1"),
-    ({"max_batch": 0}, "--max-batch: must be a whole number >= 1"),
+    ({"max_batch": 64.5}, "max_batch: must be a whole number >= 1"),
+    ({"max_batch": 0}, "max_batch: must be a whole number >= 1"),
     # bad modes were reported as "--gpus: no layout ... fits"
-    ({"modes": ("bogus",)}, "--mode: modes must be a non-empty list"),
-    ({"modes": ()}, "--mode: modes must be a non-empty list"),
+    ({"modes": ("bogus",)}, "modes: modes must be a non-empty list"),
+    ({"modes": ()}, "modes: modes must be a non-empty list"),
 ])
 def test_a_plan_with_a_bad_search_bound_names_it(kwargs, message):
     with pytest.raises(InputError, match=message):

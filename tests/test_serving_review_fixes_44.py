@@ -241,8 +241,8 @@ def test_serve_simulate_refuses_an_argument_of_the_wrong_kind(kwargs, field):
 @pytest.mark.parametrize("kwargs, field", [
     (dict(allow_pp="no"), "allow_pp"),                  # a truthy string had allowed pipeline stages
     (dict(allow_pp=1), "allow_pp"),
-    (dict(ttft_ms=True), "--ttft-ms"),                  # True was 1 ms
-    (dict(tpot_ms="50"), "--tpot-ms"),
+    (dict(ttft_ms=True), "ttft_ms"),                    # True was 1 ms
+    (dict(tpot_ms="50"), "tpot_ms"),
     (dict(backend_version=5), "backend_version"),
 ])
 def test_serve_plan_refuses_an_argument_of_the_wrong_kind(kwargs, field):
