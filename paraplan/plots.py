@@ -133,8 +133,7 @@ def _checked(data: Any, needs: Iterable[str] = (), path: str | Path | None = Non
         raise InputError("data", f"the rows lack the column {missing[0]!r}",
                          "pass api.layer_ops's table" if missing[0] in ROOFLINE_COLUMNS
                          else "pass rows of api.simulate, sweep, plan or best_plan")
-    if path is not None and not Path(path).parent.is_dir():
-        raise InputError("path", f"the folder {str(Path(path).parent)!r} does not exist", "create it first")
+    check_folder(path)
     drawn = [c for c in drawn if c in df.columns]
     if drawn:
         values = df[drawn].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
@@ -152,6 +151,13 @@ def _checked(data: Any, needs: Iterable[str] = (), path: str | Path | None = Non
             df = df[ok].reset_index(drop=True)
             df.attrs["not_drawn"] = f"{n} row{'s' if n > 1 else ''} not drawn (no {' or '.join(drawn)}{status})"
     return df
+
+
+def check_folder(path: str | Path | None) -> None:
+    """``InputError`` naming ``path`` when its folder does not exist (matplotlib's savefig raised
+    FileNotFoundError after drawing the whole figure); None (no file) passes."""
+    if path is not None and not Path(path).parent.is_dir():
+        raise InputError("path", f"the folder {str(Path(path).parent)!r} does not exist", "create it first")
 
 
 def _labels(df: pd.DataFrame, label: str | None) -> list[str]:
