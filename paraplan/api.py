@@ -300,6 +300,7 @@ def _global_batch(fields: dict, seq_len: int) -> int:
         return _whole_at_most("global_batch", sequences, MAX_GLOBAL_BATCH)
     if tokens is None:
         raise InputError("global_batch", "missing", "give global_batch (sequences) or global_batch_tokens")
+    tokens = coerce_value("global_batch_tokens", tokens)        # '2Mi' as sweep reads it: 2,097,152
     tokens = _whole_at_most("global_batch_tokens", tokens, MAX_GLOBAL_BATCH * seq_len)
     if tokens % seq_len:
         from planners.plan import whole_sequences_fix
@@ -613,8 +614,8 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
     cluster_spec = what_if_cluster(cluster, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s, hbm_gib=hbm_gib,
                                    hbm_tb_per_s=hbm_tb_per_s, peak_flops_scale=peak_flops_scale)
     kwargs = _planner_kwargs(constraints)
-    if global_batch_tokens is not None:
-        kwargs["global_batch_tokens"] = global_batch_tokens
+    if global_batch_tokens is not None:     # '4Mi' as sweep and simulate read it: 4,194,304
+        kwargs["global_batch_tokens"] = coerce_value("global_batch_tokens", global_batch_tokens)
     result = fn(model_spec, cluster_spec, gpus, **kwargs)
     df = getattr(result, "plans", result)             # planners.plan returns a PlanResult
     df = df if isinstance(df, pd.DataFrame) else pd.DataFrame(df)
