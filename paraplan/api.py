@@ -578,7 +578,7 @@ def _planner():
                          "use simulate/sweep with explicit degrees") from None
 
 
-def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_batch_tokens: int | None = None,
+def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_batch_tokens: int | str | None = None,
          *, gpu: str | GPUSpec | None = None, seq_len: int | None = None,
          scaleout_gbit_per_s: float | None = None, scaleup_gbit_per_s: float | None = None,
          hbm_gib: float | None = None, hbm_tb_per_s: float | None = None, peak_flops_scale: float | None = None,
@@ -747,7 +747,7 @@ def config_labels(df: pd.DataFrame) -> pd.Series:
 BEST_PLAN_KEEP = 2
 
 
-def best_plan(model, cluster, gpus: int, global_batch_tokens: int | None = None, *,
+def best_plan(model, cluster, gpus: int, global_batch_tokens: int | str | None = None, *,
               gpu: str | GPUSpec | None = None, seq_len: int | None = None,
               scaleout_gbit_per_s: float | None = None, scaleup_gbit_per_s: float | None = None,
               hbm_gib: float | None = None, hbm_tb_per_s: float | None = None,
@@ -772,7 +772,7 @@ def best_plan(model, cluster, gpus: int, global_batch_tokens: int | None = None,
     return row
 
 
-def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens: int | None = None,
+def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens: int | str | None = None,
                   *, plans: pd.DataFrame | None = None, **kwargs) -> pd.DataFrame:
     """The fastest plan ``framework`` (megatron, torchtitan, deepspeed) can run as planned: the
     planner's ranked plans filtered by ``paraplan.exports.<framework>.refusal``, the fastest that
