@@ -849,17 +849,34 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     total_elements = np.maximum(params_dp + expert_dp, 1.0)
     bucket_share = np.where(bucket_elements > 0, np.minimum(bucket_elements / total_elements, 1.0), 1.0)
     # the first and the last stage are (pp - 1) x tp x cp x dp ranks apart (tp-cp-dp-pp order)
+    apart = first_last_stage_stride(tp * cp * dp, pp, cluster.gpus_per_node)
     tied = 0.0 * np.asarray(grad_comm, dtype=float)
     if model.tied_embeddings and np.any(pp > 1):
         tied = tied + np.where(pp > 1, tied_embedding_all_reduce_s(model, tp, batch.grad_reduce_bytes,
-                                                                   tp * cp * dp * (pp - 1), cluster, eff), 0.0)
+                                                                   apart, cluster, eff), 0.0)
     # DualPipe: the rank's gradients after the data-parallel reduction (whole at ZeRO-0, its
     # shard at ZeRO >= 1, which is all its optimizer step reads) are summed with the mirror rank's
     reduced = (np.where(zero >= 1, grad_bytes / shard, grad_bytes)
                + np.where(zero >= 1, expert_grad_bytes / expert_shard, expert_grad_bytes))
     pair = np.where(batch.schedule == _DUALPIPE,
-                    dualpipe_pair_all_reduce_s(reduced, tp * cp * dp * (pp - 1), cluster, eff), 0.0)
+                    dualpipe_pair_all_reduce_s(reduced, apart, cluster, eff), 0.0)
     return grad_comm, gather_comm, bucket_share, tied + pair
+
+
+def first_last_stage_stride(stage_width, pp, gpus_per_node):
+    """The stride to place a pair of ranks on, one on the first pipeline stage and its peer
+    ``(pp - 1) x stage_width`` ranks further on the last (``stage_width`` = tp x cp x dp ranks a
+    stage, tp-cp-dp-pp order), for ``topology.group_collective_time_s`` (numpy-friendly).
+
+    Stage k holds ranks [k w, (k + 1) w), so the pairs are (r, r + (pp - 1) w) for r < w. When
+    the whole job, w x pp ranks, fits in one scale-up domain, every pair is inside it; the strided
+    placement would count one member per domain for a stride between half a domain and a domain
+    (ranks 0 and 7 of an 8-GPU node: the tied embedding's all-reduce of a pp 8 run priced on the
+    NIC, 11x its NVLink time), so such a pair is given stride 1. Otherwise the pair of r = w - 1
+    (or, for w >= a domain, every pair) crosses domains, and the stride (above half a domain)
+    says so."""
+    w, pp = np.asarray(stage_width, dtype=float), np.asarray(pp, dtype=float)
+    return np.where(w * pp <= gpus_per_node, 1.0, w * (pp - 1.0))
 
 
 def dualpipe_pair_all_reduce_s(grad_bytes, ranks_apart, cluster: ClusterSpec, eff: EfficiencyModel):

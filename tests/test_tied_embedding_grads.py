@@ -43,3 +43,29 @@ def test_gpt3s_tied_embedding_gradient_crosses_nodes_once_between_the_pipeline_e
     untied = replace(gpt3, tied_embeddings=False)
     assert simulate(untied, CLUSTER, _config(8), n_gpus=64).extras["dp_comm_total_s"] == 0.0
     assert one_stage.extras["dp_comm_total_s"] > 0.0       # its own DP reduction, no tied term to add
+
+
+@pytest.mark.parametrize("tp, pp", [(1, 8), (2, 4), (1, 6)])
+def test_a_pipeline_inside_one_node_all_reduces_its_tied_embedding_over_nvlink(tp, pp):
+    """GPT-3 6.7B on one DGX A100 at pp 8 (tp 1): the first and the last stage are ranks 0 and 7
+    of the same node, yet the pair's stride of 7 (above half the node) had it priced as one
+    member per node, on the NIC: 38.8 ms, where a 2-rank ring on NVLink moves 2 x 1/2 x
+    50,257 x 4,096 x 4 = 823.4 MB at 300 GB/s x 0.8 = 240 GB/s: 3.43 ms plus its two NVLink
+    steps. The same for tp 2 pp 4 (ranks 0-1 and 6-7, stride 6) and pp 6 on six of the 8 GPUs
+    (stride 5). With dp 1, this all-reduce is all of dp_comm."""
+    model = load_model("gpt3-6.7b")
+    assert model.tied_embeddings
+    nbytes = model.vocab_size * model.hidden_size / tp * 4
+    bw = CLUSTER.scaleup.bw_bytes_per_s * EFF.scaleup_fraction
+    assert bw == pytest.approx(240e9, rel=1e-9)
+    expected = ring_s(nbytes, 2, 0, bw, CLUSTER.scaleup.latency_s, CLUSTER.scaleout.latency_s)
+    assert expected == pytest.approx(nbytes / 240e9, rel=0.01)
+    config = ParallelConfig(dp=1, tp=tp, pp=pp, micro_batch=1, global_batch=64, zero_stage=0, recompute="full",
+                            grad_reduce_bytes=4)
+    result = simulate(model, CLUSTER, config, n_gpus=tp * pp)
+    assert result.extras["dp_comm_total_s"] == pytest.approx(expected, rel=1e-6)
+    # across nodes it is the NIC's: tp 1 pp 16 on two nodes, ranks 0 and 15
+    across = simulate(model, CLUSTER, replace(config, tp=1, pp=16), n_gpus=16).extras["dp_comm_total_s"]
+    nic = CLUSTER.scaleout.bw_bytes_per_s * EFF.scaleout_fraction
+    assert across == pytest.approx(ring_s(model.vocab_size * model.hidden_size * 4, 0, 2, nic,
+                                          CLUSTER.scaleup.latency_s, CLUSTER.scaleout.latency_s, 39.0e9), rel=1e-6)
