@@ -96,6 +96,19 @@ def test_a_stack_whose_zero1_all_reduces_whole_gradients_prices_the_all_reduce_o
     assert het.time_breakdown_s["dp_comm_exposed_s"] > 1.5 * rs.time_breakdown_s["dp_comm_exposed_s"]
 
 
+@pytest.mark.parametrize("tp, pp", [(1, 8), (2, 4)])
+def test_a_tied_pipeline_inside_one_node_of_a_pool_reduces_its_embedding_over_nvlink_as_simulate_does(tp, pp):
+    """gpt3-6.7b at pp 8 (or tp 2 pp 4) on one 8-GPU pool: the first and the last stage are ranks
+    0 and 7 (0-1 and 6-7) of one node, so the tied embedding's 2-rank all-reduce runs on NVLink:
+    823.4 MB / tp at 450 GB/s x the scale-up fraction, not the NIC's rate the pair's stride of
+    7 (6) had given it in both models. The pooled step is simulate's."""
+    het, homo = _one_pool_and_one_kind("gpt3-6.7b", tp, pp, 1)
+    _assert_same_step(het, homo)
+    eff = efficiency_for_cluster(_H100)
+    nvlink = 50257 * 4096 * 4.0 / tp / (_H100.scaleup.bw_bytes_per_s * eff.scaleup_fraction)
+    assert het.time_breakdown_s["dp_comm_exposed_s"] == pytest.approx(nvlink, rel=0.02)
+
+
 @pytest.mark.parametrize("model_name, tp, pp, dp", [("llama3-8b", 4, 2, 8), ("gpt3-6.7b", 1, 4, 16)])
 def test_unfused_gradient_accumulation_adds_the_step_models_kernels_on_a_pool_too(model_name, tp, pp, dp):
     """Without gradient-accumulation fusion every micro-batch adds each weight gradient into the

@@ -488,7 +488,8 @@ def tied_embedding_s(model: ModelSpec, cluster: PooledCluster, effs, grad_reduce
     of the V x h gradient is sized by the smaller tensor-parallel degree of the two stages (as the
     sends, ``boundary_p2p_s``). Both stages on one pool: that pool's collective with the two ranks
     as far apart as Megatron's order puts them (every stage before the last holds replicas x tp
-    ranks; (pp - 1) x tp x dp in the step model). On two pools: a node apart on the path between
+    ranks; (pp - 1) x tp x dp in the step model), inside one node when the group's ranks fit
+    in one (``step_model.first_last_stage_stride``). On two pools: a node apart on the path between
     them (``pool_links.path_cluster``), with the first stage's pool's efficiency model.
     """
     out = np.zeros(len(gstart))
@@ -497,13 +498,16 @@ def tied_embedding_s(model: ModelSpec, cluster: PooledCluster, effs, grad_reduce
     gend = np.append(gstart[1:], len(pool)) - 1
     a, b = pool[gstart], pool[gend]
     pair_tp = np.minimum(tp[gstart], tp[gend])
-    apart = replicas * (np.add.reduceat(count * tp, gstart) - tp[gend])
+    width = replicas * np.add.reduceat(count * tp, gstart)          # the group's ranks
+    apart = width - replicas * tp[gend]
     split = np.asarray(stages) > 1
     for pa, pb in sorted(set(zip(a[split].tolist(), b[split].tolist()))):
         rows = split & (a == pa) & (b == pb)
         if pa == pb:
-            out[rows] = tied_embedding_all_reduce_s(model, pair_tp[rows], grad_reduce_bytes, apart[rows],
-                                                    cluster.pools[pa].cluster, effs[pa])
+            one = cluster.pools[pa].cluster
+            # a group inside one node reduces the pair there (step_model.first_last_stage_stride)
+            stride = np.where(width[rows] <= one.gpus_per_node, 1.0, apart[rows])
+            out[rows] = tied_embedding_all_reduce_s(model, pair_tp[rows], grad_reduce_bytes, stride, one, effs[pa])
         else:
             path = pool_links.path_cluster(cluster, effs, pa, pb)
             out[rows] = tied_embedding_all_reduce_s(model, pair_tp[rows], grad_reduce_bytes, path.gpus_per_node,
