@@ -45,6 +45,7 @@ run to its stack.
 from __future__ import annotations
 
 import os
+from copy import deepcopy
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -479,8 +480,18 @@ def _load_gpu_cached(path: str, mtime: float) -> GPUSpec:
 
 
 @lru_cache(maxsize=None)
+def _cluster_file_data(path: str, mtime: float) -> dict[str, Any]:
+    """A cluster file parsed once per (path, modification time), as the loaded specs are cached:
+    one ``simulate`` or ``plan`` asked whether it is pooled, which GPU file it names and then
+    loaded it, parsing the one file three times (a catalog cluster's parse cost as much as
+    the rest of a refused fuzz input). Callers that build from it get a ``deepcopy``; a file
+    that does not parse raises each time (``lru_cache`` keeps no exception)."""
+    return read_yaml(Path(path), "cluster")
+
+
+@lru_cache(maxsize=None)
 def _load_cluster_cached(path: str, mtime: float, gpu_mtime: float | None = None) -> ClusterSpec:
-    cluster = cluster_from_dict(read_yaml(Path(path), "cluster"), base_dir=Path(path).parent)
+    cluster = cluster_from_dict(deepcopy(_cluster_file_data(path, mtime)), base_dir=Path(path).parent)
     if cluster.efficiency is not None:      # the footnote names the file the factors are in
         cluster = replace(cluster, efficiency=replace(cluster.efficiency, origin=f"inline in {path}"))
     return cluster
@@ -491,7 +502,7 @@ def _cluster_gpu_file(path: str, mtime: float) -> str | None:
     """The GPU file a cluster file names (None: its GPU is written inline, or the file does not
     load; loading the cluster then says why)."""
     try:
-        ref = read_yaml(Path(path), "cluster").get("gpu")
+        ref = _cluster_file_data(path, mtime).get("gpu")
         return str(_resolve("gpus", beside_file(ref, Path(path).parent), "gpu")) if isinstance(ref, str) else None
     except (InputError, AttributeError):
         return None
@@ -511,7 +522,7 @@ def _cluster_stamp(p: Path) -> tuple[float, float | None]:
 
 @lru_cache(maxsize=None)
 def _load_pooled_cached(path: str, mtime: float) -> PooledCluster:
-    return pooled_cluster_from_dict(read_yaml(Path(path), "cluster"), base_dir=Path(path).parent)
+    return pooled_cluster_from_dict(deepcopy(_cluster_file_data(path, mtime)), base_dir=Path(path).parent)
 
 
 @lru_cache(maxsize=None)
@@ -610,15 +621,14 @@ def load_cluster(name_or_path: str) -> ClusterSpec:
 def is_pooled(name_or_path: str) -> bool:
     """Whether the cluster named ``name_or_path`` is a pooled (mixed) cluster file."""
     p = _resolve("clusters", name_or_path, "cluster")
-    data = read_yaml(p, "cluster")
-    return "pools" in data
+    return "pools" in _cluster_file_data(str(p), p.stat().st_mtime)
 
 
 def load_pooled_cluster(name_or_path: str, gpus: int | None = None) -> PooledCluster:
     """The cluster named ``name_or_path`` as pools: a pooled file as written, a one-kind
     cluster as one pool of ``gpus`` GPUs (default: its ``max_gpus``)."""
     p = _resolve("clusters", name_or_path, "cluster")
-    if "pools" in read_yaml(p, "cluster"):
+    if "pools" in _cluster_file_data(str(p), p.stat().st_mtime):
         if gpus is not None:
             raise InputError("gpus", f"cluster {p.stem} lists its pools and their GPU counts",
                              "drop --gpus, or edit the pools' gpus")
