@@ -175,8 +175,29 @@ def group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: Clus
     Elementwise in ``bytes_``, ``group_size`` and ``stride``: a planner's batch is computed once
     per distinct triple (``distinct.once_per_distinct``; the same numbers).
     """
+    if _no_peer_anywhere(kind, bytes_, group_size, algorithm):
+        # every group is one rank: the formula's answer is its final ``np.where(group_size > 1,
+        # t, 0.0)``, zeros of the broadcast shape, without computing t (about half of a small
+        # configuration's collective calls: dp, cp or tp of 1)
+        return np.zeros(np.broadcast(np.asarray(bytes_), np.asarray(group_size), np.asarray(stride)).shape)
     return once_per_distinct(partial(_group_collective_time_s, kind, cluster=cluster, eff=eff, algorithm=algorithm),
                              bytes_, group_size, stride)
+
+
+def _no_peer_anywhere(kind: str, bytes_, group_size, algorithm: str) -> bool:
+    """Whether ``_group_collective_time_s`` is 0.0 on every element without computing it: every
+    group size exactly 1 (0 or NaN keep the full computation, and the warnings it prints), finite
+    float64 or whole byte counts (the float64 result the full computation returns, and no
+    overflow warning skipped), and an algorithm it accepts for ``kind`` (an unknown one still
+    raises there)."""
+    known = kind in _FLAT and (kind == "all_to_all" or algorithm in ("auto", "ring", "hierarchical")
+                               or (algorithm == "tree" and kind == "all_reduce"))
+    if not known:
+        return False
+    size = np.asarray(bytes_)
+    if not (size.dtype.kind in "iub" or size.dtype == np.float64):
+        return False
+    return bool(np.all(np.asarray(group_size) == 1)) and bool(np.isfinite(size).all())
 
 
 def _group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: ClusterSpec,
