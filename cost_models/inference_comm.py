@@ -92,6 +92,20 @@ def all_to_all_time_s(bytes_, group, cluster: ClusterSpec, eff: ServingEfficienc
     return np.where(n > 1, np.maximum(inside, outside) + lat, 0.0)
 
 
+def all_gather_time_s(bytes_, group, cluster: ClusterSpec, eff: ServingEfficiency):
+    """All-gather over ``group`` contiguous GPUs whose gathered buffer is ``bytes_`` on each GPU,
+    seconds (0 for group 1): a ring on the scale-up link inside one domain
+    (``collectives.all_gather_time_s``), else inside each domain then across them on the NICs
+    (``collectives.hierarchical_all_gather_time_s``)."""
+    n = _f(group)
+    per_node = float(cluster.gpus_per_node)
+    n_intra = np.minimum(n, per_node)
+    n_inter = np.ceil(n / np.maximum(n_intra, 1.0))
+    bw_i, lat_i, bw_o, lat_o = link_rates(cluster, eff, n_intra)
+    t = coll.hierarchical_all_gather_time_s(_f(bytes_), n_intra, n_inter, bw_i, lat_i, bw_o, lat_o)
+    return np.where(n > 1, t, 0.0)
+
+
 def p2p_time_s(bytes_, cross_domain, cluster: ClusterSpec, eff: ServingEfficiency):
     """One send/recv of ``bytes_`` between neighbouring pipeline stages, seconds (inside a
     domain a group of two: one peer's links on a full mesh)."""

@@ -290,10 +290,18 @@ def elementwise_s(model: ModelSpec, rates: LayerRates, tokens):
     return _f(tokens) * model.hidden_size * ELEMENTWISE_H_PER_TOKEN * ACT_BYTES / rates.hbm_bytes_per_s
 
 
-def lm_head_s(model: ModelSpec, rates: LayerRates, tp, logits_tokens):
-    """LM head GEMM (vocab split over tp) and sampling for ``logits_tokens`` tokens, seconds."""
-    w = model.vocab_size * model.hidden_size / _f(tp)
-    head = gemm_s(logits_tokens, w, rates.head_flops_per_s, 2.0, rates, model.hidden_size, model.vocab_size / _f(tp))
+def lm_head_s(model: ModelSpec, rates: LayerRates, tp, logits_tokens, head_dp=1.0):
+    """LM head GEMM (vocab split over tp) and sampling for ``logits_tokens`` tokens, seconds.
+
+    ``head_dp`` > 1: the vocabulary is split over tp x head_dp GPUs (``ServingBehaviour.
+    lm_head_split_over_attention_dp``) and each GPU multiplies the gathered tokens of all
+    head_dp attention-DP ranks (head_dp x ``logits_tokens`` rows) against its V / (tp head_dp)
+    rows (SGLang ``LogitsProcessor``: ``dp_gather_replicate`` then the head); sampling stays each
+    rank's own tokens."""
+    g = _f(tp) * _f(head_dp)
+    w = model.vocab_size * model.hidden_size / g
+    head = gemm_s(_f(logits_tokens) * _f(head_dp), w, rates.head_flops_per_s, 2.0, rates, model.hidden_size,
+                  model.vocab_size / g)
     # softmax / top-p over the logits: read fp32 logits a few times
     sample = _f(logits_tokens) * model.vocab_size / _f(tp) * 4.0 * 3.0 / rates.hbm_bytes_per_s
     return head + sample

@@ -40,8 +40,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from cost_models.inference_comm import all_to_all_time_s, allreduce_time_s, p2p_time_s
+from cost_models.inference_comm import all_gather_time_s, all_to_all_time_s, allreduce_time_s, p2p_time_s
 from cost_models.kv_cache import largest_stage_share
+from cost_models.serving_memory import lm_head_dp_share
 from cost_models.params import routed_expert_width
 from cost_models.topology import group_span
 from cost_models.inference_layers import (ACT_BYTES, KERNELS, attention_block_s, dense_mlp_s, elementwise_s,
@@ -100,6 +101,27 @@ def layer_collectives(model: ModelSpec, cluster: ClusterSpec, eff: ServingEffici
     return comm, kernels
 
 
+def lm_head_collectives(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, behaviour: ServingBehaviour,
+                        tp, head_dp, logits_tokens):
+    """(seconds, kernels) of the collectives an LM head split over tp x ``head_dp`` GPUs adds
+    (``ServingBehaviour.lm_head_split_over_attention_dp``; none where head_dp is 1), for
+    ``logits_tokens`` tokens per attention-DP rank, all head_dp ranks alike: the gather of every
+    rank's hidden states to the whole group (SGLang ``dp_gather_replicate`` ->
+    ``_dp_gather_via_all_reduce``: an all-reduce of the zero-filled head_dp x tokens x h 16-bit
+    buffer, through the engine's all-reduce kernels) and the all-gather of the logits' vocabulary
+    shards over the group (``tensor_model_parallel_all_gather``: head_dp x tokens x V 16-bit
+    gathered on each GPU); ``dp_scatter`` then copies the rank's rows locally."""
+    g = _f(head_dp)
+    group = _f(tp) * g
+    rows = _f(logits_tokens) * g
+    msg = rows * model.hidden_size * ACT_BYTES
+    oneshot, stated = behaviour.oneshot_allreduce(msg, group, rows)
+    gather = allreduce_time_s(msg, group, cluster, eff, behaviour.custom_allreduce, oneshot, stated)
+    vocab = all_gather_time_s(rows * model.vocab_size * ACT_BYTES, group, cluster, eff)
+    on = g > 1.0
+    return np.where(on, gather + vocab, 0.0), np.where(on, 2.0, 0.0)
+
+
 @lru_cache(maxsize=64)
 def mtp_layer_model(model: ModelSpec) -> ModelSpec:
     """The model as its MTP modules' transformer layer sees it: a softmax-attention layer even where
@@ -137,8 +159,13 @@ def mtp_draft_pass(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficienc
     # the two input norms and the concatenation: read and write 2h elements a token
     norms = T * 4.0 * h * ACT_BYTES / rates.hbm_bytes_per_s
     logits = d + np.minimum(P, 1.0)
-    gpu = proj + attn + mlp + elementwise_s(model, rates, T) + norms + comm + lm_head_s(model, rates, tp, logits)
-    kernels = 3.0 + attn_kernels + mlp_kernels + comm_kernels + KERNELS["head"]
+    # the module's shared head is built as the main model's (SGLang deepseek_nextn.py:
+    # ``use_attn_tp_group=enable_dp_lm_head``), so it is split and gathered alike
+    head_dp = lm_head_dp_share(model, adp, behaviour.lm_head_split_over_attention_dp)
+    head_comm, head_kernels = lm_head_collectives(model, cluster, eff, behaviour, tp, head_dp, logits)
+    gpu = (proj + attn + mlp + elementwise_s(model, rates, T) + norms + comm
+           + lm_head_s(model, rates, tp, logits, head_dp) + head_comm)
+    kernels = 3.0 + attn_kernels + mlp_kernels + comm_kernels + KERNELS["head"] + head_kernels
     return gpu + kernels * rates.kernel_fixed_s, kernels
 
 
@@ -252,7 +279,11 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     paced_sends = pp * np.where(n_cross > 0, hand_out, hand_in)
     handoffs = np.where(pp > 1, np.where(busy, paced_sends, path), 0.0)
 
-    head = lm_head_s(model, rates, tp, logits)
+    head_dp = lm_head_dp_share(model, adp, behaviour.lm_head_split_over_attention_dp)
+    head = lm_head_s(model, rates, tp, logits, head_dp)
+    # a head split over the tp x adp group (SGLang under attention DP): its gather and all-gather,
+    # once per micro-batch like the head
+    head_comm, head_kernels = lm_head_collectives(model, cluster, eff, behaviour, tp, head_dp, logits)
     # all stages busy (a micro-batch for each): the largest stage's layers, pp times, pace the round
     paced = np.where(busy, pp * largest_stage_share(model.num_layers, pp), 1.0)
     elem = paced * n_layers * elementwise_s(model, rates, T)
@@ -264,6 +295,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     # head once per micro-batch, a hand-off at each of the pp stage boundaries
     gpu = (attn_total + mlp + elem + comm + fixed - KERNELS["head"] * rates.kernel_fixed_s
            + m * (head + KERNELS["head"] * rates.kernel_fixed_s) + handoffs)
+    gpu = gpu + m * (head_comm + head_kernels * rates.kernel_fixed_s)
     mlp = _f(mlp)
     draft = 0.0 * gpu
     if draft_tokens:
@@ -311,7 +343,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     # pp running micro-batches each its own ScheduleBatch). Without stages d is the rank's batch.
     mixed = _f(prefill_tokens) > 0
     graphed = behaviour.graph_covers(d, mixed)
-    all_kernels = m * (kernels + KERNELS["head"])
+    all_kernels = m * (kernels + KERNELS["head"] + head_kernels)
     if behaviour.cuda_graphs == "full_and_piecewise":
         eager_kernels = np.where(graphed, 0.0, m * n_layers * 1.0)   # attention launched outside the pieces
     else:
@@ -326,6 +358,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     host = step - gpu
     return {
         "attention_s": _f(attn_total), "mlp_s": mlp * np.ones_like(gpu), "elementwise_s": _f(elem),
-        "lm_head_s": m * head, "comm_s": _f(comm) + handoffs, "kernel_fixed_s": fixed + (m - 1.0) * KERNELS["head"] * rates.kernel_fixed_s,
+        "lm_head_s": m * head, "comm_s": _f(comm) + handoffs + m * head_comm,
+        "kernel_fixed_s": fixed + (m - 1.0) * KERNELS["head"] * rates.kernel_fixed_s + m * head_kernels * rates.kernel_fixed_s,
         "host_s": host, "draft_s": draft, "gpu_s": gpu, "step_s": step,
     }

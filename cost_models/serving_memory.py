@@ -4,7 +4,9 @@ Weights per GPU: the largest pipeline stage holds ceil(num_layers / pp) layers. 
 are split over tp (``inference_layers.attention_weights_per_gpu``; replicated over attention
 data parallelism), dense MLPs and shared experts over tp, routed experts over the expert group:
 E/moe_ep experts per GPU, each cut moe_tp ways. Embedding and LM head are vocabulary-parallel
-over tp, in 16-bit. Bytes per element come from the weight formats.
+over tp, in 16-bit; under attention data parallelism an engine that splits an untied head over
+the whole tp x adp group (``ServingBehaviour.lm_head_split_over_attention_dp``: SGLang) holds
+V h / (tp adp) of it. Bytes per element come from the weight formats.
 
 Activation workspace: the engines size it by a dummy forward of their per-step token budget
 (vLLM profiles ``max_num_batched_tokens``, TensorRT-LLM ``max_num_tokens``): the hidden state,
@@ -88,9 +90,27 @@ def draft_head_weight_bytes_per_gpu(head: DraftHead, tp, pp=1, target: ModelSpec
     return own + np.where(np.asarray(pp) > 1, target.vocab_size * target.hidden_size / tp * ACT_BYTES, 0.0)
 
 
-def weight_bytes_per_gpu(model: ModelSpec, tp, adp, pp, moe_tp, moe_ep, dense_format: str, expert_format: str):
+def lm_head_dp_share(model: ModelSpec, adp, head_over_attention_dp: bool):
+    """Attention-DP ranks whose GPUs share one LM head's vocabulary split (numpy-friendly): adp
+    where the engine splits the head over the whole tp x adp group
+    (``ServingBehaviour.lm_head_split_over_attention_dp``) and the head is its own matrix, else 1
+    (a tied head is the input embedding, vocabulary-parallel over the attention tp: SGLang
+    ``lm_head = model.embed_tokens``)."""
+    adp = _f(adp)
+    if not head_over_attention_dp or model.tied_embeddings:
+        return np.ones(adp.shape)
+    return np.maximum(adp, 1.0)
+
+
+def weight_bytes_per_gpu(model: ModelSpec, tp, adp, pp, moe_tp, moe_ep, dense_format: str, expert_format: str,
+                         head_over_attention_dp: bool = False):
     """Bytes of weights one GPU holds (the largest stage: ceil(layers / pp) of the layers, in the
-    model's mean mix of layer kinds, plus embedding and head)."""
+    model's mean mix of layer kinds, plus embedding and head). The embedding is V h / tp (16-bit)
+    on the first stage; an untied head V h / tp on the last, or V h / (tp adp) with
+    ``head_over_attention_dp`` (``lm_head_dp_share``; SGLang ``ParallelLMHead(...,
+    use_attn_tp_group=enable_dp_lm_head)``, default False: the vocabulary over the full
+    tp_size = tp x adp group). With pp > 1 the largest stage holds the larger of the two."""
+    head_dp = lm_head_dp_share(model, adp, head_over_attention_dp)
     tp, pp, moe_tp, moe_ep = _f(tp), _f(pp), _f(moe_tp), _f(moe_ep)
     wd, we = weight_bytes(dense_format, model.int4_group_size), weight_bytes(expert_format, model.int4_group_size)
     h = model.hidden_size
@@ -110,8 +130,14 @@ def weight_bytes_per_gpu(model: ModelSpec, tp, adp, pp, moe_tp, moe_ep, dense_fo
     if n_moe:
         layers = layers + n_moe * _moe_mlp_bytes(model, tp, moe_tp, moe_ep, wd, we)
     embed = model.vocab_size * h / tp * ACT_BYTES * (1.0 if model.tied_embeddings else 2.0)
-    return layers * largest_stage_share(model.num_layers, pp) + embed * np.where(pp > 1, 0.5 if not model.tied_embeddings
-                                                                                 else 1.0, 1.0)
+    total = layers * largest_stage_share(model.num_layers, pp) + embed * np.where(pp > 1, 0.5 if not model.tied_embeddings
+                                                                                  else 1.0, 1.0)
+    if not np.any(head_dp > 1.0):
+        return total
+    # the head's (adp - 1) / adp the group's other ranks hold; with pp > 1 the largest stage keeps
+    # the embedding (V h / tp), the larger of the two
+    spared = model.vocab_size * h / tp * ACT_BYTES * (1.0 - 1.0 / head_dp)
+    return total - np.where(pp > 1, 0.0, spared)
 
 
 def activation_bytes_per_gpu(model: ModelSpec, tp, adp, moe_ep, token_budget):

@@ -207,6 +207,19 @@ class ServingBehaviour:
             tp_size / dp_size; vLLM's DP x TP). False: attention is tensor-parallel or
             data-parallel over the whole worker, an attention-DP rank one GPU (TensorRT-LLM's
             ``enable_attention_dp``). Default True; every shipped stack states it.
+        lm_head_split_over_attention_dp: under attention data parallelism (adp > 1) an untied LM
+            head is vocabulary-parallel over the worker's whole tp x adp group, not over one
+            attention-DP rank's tp GPUs: each GPU holds V h / (tp adp) of it, and each step gathers
+            every rank's logit hidden states to all the group's GPUs, multiplies the adp ranks'
+            tokens against its V / (tp adp) rows, all-gathers the vocabulary shards of the logits
+            over the group and keeps its own rank's rows (SGLang: ``ParallelLMHead(...,
+            use_attn_tp_group=enable_dp_lm_head)`` with ``--enable-dp-lm-head`` off by default;
+            ``LogitsProcessor``: ``dp_gather_replicate``, the head GEMM,
+            ``tensor_model_parallel_all_gather``, ``dp_scatter``). False: the head is split over
+            the attention tp alone, no cross-rank traffic (vLLM: data-parallel ranks are separate
+            engines; TensorRT-LLM: ``enable_lm_head_tp_in_adp`` off by default, the head whole on
+            each one-GPU attention-DP rank). Default False; every shipped stack states it.
+            (``cost_models.serving_memory.lm_head_dp_share``, ``cost_models.inference_step``.)
         fp8_context_attention: the engine runs the prefill attention core (context FMHA, and
             the expanded context MLA) in FP8 whenever its KV cache is FP8 or narrower: the queries
             are quantised to the cache's format and both BMMs run on the FP8 tensor cores, at
@@ -251,6 +264,7 @@ class ServingBehaviour:
     expert_splits: str = "any"
     token_budget_split_over_attention_dp: bool = False
     attention_dp_with_tp: bool = True
+    lm_head_split_over_attention_dp: bool = False
     fp8_context_attention: bool = False
     gpu_vendors: tuple = ()
     native_only_formats: tuple = ()

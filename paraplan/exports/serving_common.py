@@ -284,7 +284,8 @@ def launch_of(context, deployment, metrics: Mapping[str, float]) -> ServingLaunc
         from cost_models.serving_memory import weight_bytes_per_gpu
         limit = beh.gpu_memory_fraction * cluster.gpu.hbm_bytes
         for w in workers:
-            need = float(weight_bytes_per_gpu(model, w.tp, w.adp, w.pp, w.moe_tp, w.moe_ep, "bf16", "bf16"))
+            need = float(weight_bytes_per_gpu(model, w.tp, w.adp, w.pp, w.moe_tp, w.moe_ep, "bf16", "bf16",
+                                              beh.lm_head_split_over_attention_dp))
             if need > limit:
                 online, checkpoint = False, None
                 refused = (f"SGLang loads the 16-bit weights before quantising them, {need / 2**30:.0f} GiB a GPU of "

@@ -102,7 +102,8 @@ def memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl, token_budget=None
         # an engine that does not chunk prompts runs a whole prompt in a step when it is longer
         # than the budget (and is launched so: ``exports.serving_common.Launch.step_tokens``)
         budget = np.maximum(budget, _f(isl))
-    weights = weight_bytes_per_gpu(model, tp, adp, pp, moe_tp, moe_ep, ctx.dense_format, ctx.expert_format)
+    weights = weight_bytes_per_gpu(model, tp, adp, pp, moe_tp, moe_ep, ctx.dense_format, ctx.expert_format,
+                                   beh.lm_head_split_over_attention_dp)
     # the drafter (MTP modules, or an EAGLE-3 head) sits on the last stage, taken as the largest
     weights = weights + ctx.draft_weight_bytes(tp, moe_tp, moe_ep, pp)
     acts = activation_bytes_per_gpu(model, tp, adp, moe_ep, budget)
