@@ -16,7 +16,9 @@ residual and norm output (3 x h), the QKV and attention outputs, the MLP's gate-
 KV-cache pool: what the stack's memory rule leaves (``ServingBehaviour``):
 ``total``: fraction x HBM - weights - workspace - reserve; ``free``: fraction x (HBM - weights -
 workspace - reserve). The largest concurrency that fits is that pool over one request's KV
-bytes (``cost_models.kv_cache``) at its full length.
+bytes (``cost_models.kv_cache``) at the length the stack's admission rule holds for it
+(``simulator.serving.aggregated``: isl + osl / 2 on average for engines that admit on the
+prompt, vLLM and SGLang; isl + osl for those that reserve the whole request, TensorRT-LLM).
 """
 from __future__ import annotations
 
