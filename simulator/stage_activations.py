@@ -225,18 +225,46 @@ def dynamic_parts(ctx, sidx, fc: StageCells, split) -> dict:
     kept_d = fc.stage["stage_dense"] - per_stage["rc_dense"] - offd
     kept_m = fc.stage["stage_moe"] - per_stage["rc_moe"] - offm
     sets = fc.in_flight / fc.chunks
+    held = sets * (kept_d * a["kept_dense"] + kept_m * a["kept_moe"] + per_stage["rc_inputs"] * a["input"])
+    host = sets * (offd * a["host_dense"] + offm * a["host_moe"])
+    if fc.held_first is not None and (fc.chunks > 1).any():
+        held, host = _unequal_chunks(fc, split, a, held, host)
     return {
         # (plus all-gather context parallelism's gathered K/V of the computing layer, ``stage_context``)
-        "activations_bytes": sets * (kept_d * a["kept_dense"] + kept_m * a["kept_moe"]
-                                     + per_stage["rc_inputs"] * a["input"])
+        "activations_bytes": held
         + np.where(fc.stage["stage_dense"] + fc.stage["stage_moe"] > 0, a.get("cp_gather", 0.0), 0.0),
         "recompute_buffers_bytes": _recompute_buffer(fc, split, a, ctx.per_row["rc_group"][sidx],
                                                      (per_stage["rc_dense"] + per_stage["rc_moe"] + offd + offm) > 0),
         "offload_buffers_bytes": offload.OFFLOAD_STAGING_LAYERS * np.maximum(
             np.where(offd > 0, a["kept_dense"], 0.0), np.where(offm > 0, a["kept_moe"], 0.0)),
         # in host memory each offloaded tensor is a pinned copy, rounded up (``memory.pinned_bytes``)
-        "host": sets * (offd * a["host_dense"] + offm * a["host_moe"]),
+        "host": host,
     }
+
+
+def _unequal_chunks(fc: StageCells, split, a: dict, held, host):
+    """``held`` (activation bytes) and ``host`` (offloaded copies) per stage of ``fc``, those of
+    the stages whose chunks hold different bytes a set replaced by their schedule's peak with
+    each chunk's own (``StageCells.held_peak``): the in-flight sets are not spread evenly over
+    the chunks (interleaved 1F1B's first stage warms up on chunk 0 before chunk 1: a heavier
+    first chunk, the embedding stage's of an uneven layout, peaks higher than the stage's mean
+    chunk says). Equal chunks keep ``sets`` times the stage's layers (the same numbers)."""
+    cell_a = {k: a[k][fc.cell_stage] for k in ("kept_dense", "kept_moe", "input", "host_dense", "host_moe")}
+    if split is None:
+        zero = np.zeros(len(fc.cell_stage))
+        split = dict.fromkeys(("rc_dense", "rc_moe", "rc_inputs", "off_dense", "off_moe"), zero)
+    per_cell = ((fc.cell["dense"] - split["rc_dense"] - split["off_dense"]) * cell_a["kept_dense"]
+                + (fc.cell["moe"] - split["rc_moe"] - split["off_moe"]) * cell_a["kept_moe"]
+                + split["rc_inputs"] * cell_a["input"])
+    per_cell_host = split["off_dense"] * cell_a["host_dense"] + split["off_moe"] * cell_a["host_moe"]
+    out = []
+    for total, x in ((held, per_cell), (host, per_cell_host)):
+        uneven = np.flatnonzero((fc.chunks > 1) & (fc.stage_max(x) != fc.stage_min(x)))
+        if len(uneven):
+            total = np.array(total, dtype=float, copy=True)
+            total[uneven] = fc.held_peak(x, uneven)
+        out.append(total)
+    return out[0], out[1]
 
 
 

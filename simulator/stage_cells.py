@@ -30,7 +30,10 @@ class StageCells:
     ``local`` (its index 0..p-1 in the row), ``first_cell`` (offset of its chunks in the cell
     arrays), ``in_flight`` (peak chunk sets held, ``makespan.peak_in_flight``), ``chunks`` (v),
     and ``stage[k]`` (``STAGE_KEYS``). Per cell: ``cell_stage`` (position of its stage in the
-    stage arrays) and ``cell[k]`` (``CELL_KEYS``)."""
+    stage arrays) and ``cell[k]`` (``CELL_KEYS``). Where v > 1, ``held_first`` and
+    ``held_count`` (per stage) place its K vectors of per-chunk held sets
+    (``makespan.peak_held_chunks``: K times v numbers) in ``held_table``, which the stages of
+    one (schedule, p, m, v) share (K 0 where v is 1: ``held_peak`` is not asked there)."""
 
     row: np.ndarray
     local: np.ndarray
@@ -40,6 +43,9 @@ class StageCells:
     stage: dict
     cell_stage: np.ndarray
     cell: dict
+    held_first: np.ndarray | None = None
+    held_count: np.ndarray | None = None
+    held_table: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.row)
@@ -56,12 +62,34 @@ class StageCells:
         """Per stage, the largest of the per-cell ``x`` over its chunks."""
         return np.maximum.reduceat(x, self.first_cell) if len(self.row) else np.zeros(0)
 
+    def stage_min(self, x) -> np.ndarray:
+        """Per stage, the smallest of the per-cell ``x`` over its chunks."""
+        return np.minimum.reduceat(x, self.first_cell) if len(self.row) else np.zeros(0)
+
+    def held_peak(self, x, stages) -> np.ndarray:
+        """Per stage at positions ``stages`` (each with v > 1), the most its in-flight chunk
+        sets hold when a set of chunk c holds the per-cell ``x``: ``max_k held[k] @ x`` over its
+        ``makespan.peak_held_chunks`` vectors, gathered from ``held_table`` (no loop per stage)."""
+        stages = np.asarray(stages, dtype=np.int64)
+        if not len(stages):
+            return np.zeros(0)
+        k = self.held_count[stages].astype(np.int64)
+        v = self.chunks[stages].astype(np.int64)
+        size = k * v
+        entries = ranges(self.held_first[stages], size)
+        owner = np.repeat(np.arange(len(stages)), size)
+        within = np.arange(len(entries)) - np.repeat(np.cumsum(size) - size, size)
+        cell = self.first_cell[stages][owner] + within % v[owner]
+        vec = np.repeat(v, k)                                  # one v-long vector after another
+        sums = np.add.reduceat(self.held_table[entries] * np.asarray(x, dtype=float)[cell], np.cumsum(vec) - vec)
+        return np.maximum.reduceat(sums, np.cumsum(k) - k)
+
     def view(self, stages, row) -> "StageCells":
         """The stages at positions ``stages`` (repeats allowed), renumbered to rows ``row``,
         sharing these cells: only ``take`` and the per-stage arrays may be read from it."""
         return StageCells(row, self.local[stages], self.first_cell[stages], self.in_flight[stages],
                           self.chunks[stages], {k: x[stages] for k, x in self.stage.items()}, self.cell_stage,
-                          self.cell)
+                          self.cell, *self._held(stages))
 
     def take(self, stages) -> "StageCells":
         """The stages at positions ``stages``, with their cells (copied, in that order)."""
@@ -71,7 +99,13 @@ class StageCells:
         cells = ranges(self.first_cell[stages], counts)
         return StageCells(self.row[stages], self.local[stages], first, self.in_flight[stages], self.chunks[stages],
                           {k: x[stages] for k, x in self.stage.items()}, np.repeat(np.arange(len(stages)), counts),
-                          {k: x[cells] for k, x in self.cell.items()})
+                          {k: x[cells] for k, x in self.cell.items()}, *self._held(stages))
+
+    def _held(self, stages) -> tuple:
+        """(held_first, held_count, held_table) of the stages at ``stages`` (the table shared)."""
+        if self.held_first is None:
+            return None, None, None
+        return self.held_first[stages], self.held_count[stages], self.held_table
 
 
 def ranges(starts, counts) -> np.ndarray:
@@ -90,7 +124,7 @@ def stage_cell_batches(model, batch, max_cells: int = MAX_CELLS):
     """The rows of ``batch`` in batches of at most about ``max_cells`` cells: yields ``(idx,
     cells)`` with ``idx`` the batch rows and ``cells`` a ``StageCells`` of all their stages,
     ordered by row (``row`` indexes ``idx``)."""
-    from simulator.pipeline.makespan import peak_in_flight_rows
+    from simulator.pipeline.makespan import peak_held_chunks, peak_in_flight_rows
     from simulator.step_pipeline import (
         _CODE_TO_KIND,
         _groups,
@@ -133,8 +167,11 @@ def stage_cell_batches(model, batch, max_cells: int = MAX_CELLS):
                 g = group_cells(model, kind, p, v, _rows(batch.first_stage_layers, part).astype(np.int64),
                                 _rows(batch.last_stage_layers, part).astype(np.int64), _layouts(batch, part))
             m_values, m_index = np.unique(m_all[part], return_inverse=True)
-            in_flight = peak_in_flight_rows(kind, p, m_values, v)[m_index.reshape(-1)]
-            pending.append((part, p, v, g, in_flight))
+            m_index = m_index.reshape(-1)
+            in_flight = peak_in_flight_rows(kind, p, m_values, v)[m_index]
+            # per distinct m, each stage's held-set vectors (one flush per (kind, p, m, v))
+            held = [peak_held_chunks(kind, p, int(m), v) for m in m_values] if v > 1 else None
+            pending.append((part, p, v, g, in_flight, held, m_index))
             size += len(part) * p * v
     if pending:
         yield _flatten(pending)
@@ -160,14 +197,32 @@ def _flatten(groups):
     in_flight = np.concatenate([g[4].reshape(-1) for g in groups])
     stage = {k: np.empty(n_stages) for k in STAGE_KEYS}
     cell = {k: np.empty(n_cells) for k in CELL_KEYS}
-    for (g_idx, g_p, g_v, g_cells, _), s1, c1 in zip(groups, stage_end.tolist(), cell_end.tolist()):
+    # each group's distinct held-set vectors, once, in one table; a stage points at its own
+    held_first, held_count = np.zeros(n_stages, dtype=np.int64), np.zeros(n_stages, dtype=np.int64)
+    tables, filled = [], 0
+    for (g_idx, g_p, g_v, _, _, held, m_index), s1 in zip(groups, stage_end.tolist()):
+        if held is None:
+            continue
+        first = np.empty((len(held), g_p), dtype=np.int64)
+        count = np.empty((len(held), g_p), dtype=np.int64)
+        for j, per_stage in enumerate(held):
+            for st, vectors in enumerate(per_stage):
+                first[j, st], count[j, st] = filled, len(vectors)
+                tables.append(vectors.reshape(-1))
+                filled += vectors.size
+        s0 = s1 - len(g_idx) * g_p
+        held_first[s0:s1] = first[m_index].reshape(-1)
+        held_count[s0:s1] = count[m_index].reshape(-1)
+    held_table = np.concatenate(tables).astype(float) if tables else np.zeros(0)
+    for (g_idx, g_p, g_v, g_cells, *_), s1, c1 in zip(groups, stage_end.tolist(), cell_end.tolist()):
         g_n = len(g_idx)
         s0, c0 = s1 - g_n * g_p, c1 - g_n * g_p * g_v
         for k in STAGE_KEYS:
             stage[k][s0:s1].reshape(g_n, g_p, 1)[...] = g_cells[k]
         for k in CELL_KEYS:
             cell[k][c0:c1].reshape(g_n, g_p, g_v)[...] = g_cells[k]
-    return idx, StageCells(row, local, first_cell, in_flight, chunks, stage, cell_stage, cell)
+    return idx, StageCells(row, local, first_cell, in_flight, chunks, stage, cell_stage, cell, held_first, held_count,
+                           held_table)
 
 
 def distinct_stage_counts(model, batch, keys=STAGE_KEYS + ("sends",), chains: bool = False):

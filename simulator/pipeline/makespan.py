@@ -213,6 +213,18 @@ def peak_in_flight(kind, p: int, m: int, v: int) -> tuple[int, ...]:
     times except for the list-scheduled schedules (built here for equal ones); beyond ``m_cap``
     micro-batches the steady state holds no more."""
     kind = ScheduleKind(getattr(kind, "value", kind))
+    m_eff = _flush_m(kind, p, m)
+    if kind == ScheduleKind.GPIPE:
+        return tuple([int(m)] * p)
+    if kind == ScheduleKind.ONE_F_ONE_B:
+        return tuple(int(x) for x in _one_f_one_b_in_flight(np.array([m_eff]), p)[0])
+    return _simulated_peaks(kind, p, m_eff, v)
+
+
+def _flush_m(kind: ScheduleKind, p: int, m: int) -> int:
+    """The micro-batches of the flush ``peak_in_flight`` counts on: m, capped at ``m_cap`` (not
+    GPipe), made what the schedule can run (DualPipe: even, at least 2p; DualPipe-V: at least
+    2p; interleaved: a multiple of p)."""
     m_eff = m if kind == ScheduleKind.GPIPE else min(m, m_cap(kind, p))
     if kind == ScheduleKind.DUALPIPE:
         m_eff = max(m_eff + m_eff % 2, 2 * p)
@@ -220,11 +232,42 @@ def peak_in_flight(kind, p: int, m: int, v: int) -> tuple[int, ...]:
         m_eff = max(m_eff, 2 * p)
     elif kind == ScheduleKind.INTERLEAVED:
         m_eff = -(-m_eff // p) * p
-    if kind == ScheduleKind.GPIPE:
-        return tuple([int(m)] * p)
-    if kind == ScheduleKind.ONE_F_ONE_B:
-        return tuple(int(x) for x in _one_f_one_b_in_flight(np.array([m_eff]), p)[0])
-    return _simulated_peaks(kind, p, m_eff, v)
+    return m_eff
+
+
+def peak_held_chunks(kind, p: int, m: int, v: int) -> tuple[np.ndarray, ...]:
+    """Per stage, the (K, v) counts of activation sets each of its v chunks holds at the moments
+    that can be its activation peak: the stage's ops run one after another in the schedule's
+    order, an F taking its (micro-batch, chunk) set, the W (or fused BW) of that pair releasing
+    it (as ``peak_in_flight`` counts them), and of the held-count vectors after each op the ones
+    no other vector dominates (>= in every chunk). With chunk c holding ``x[c]`` bytes a set,
+    the stage's peak is ``max_k held[k] @ x``: on equal chunks ``peak_in_flight * x``, on unequal
+    ones it depends on which chunks are in flight (interleaved 1F1B's first stage warms up
+    with (p - 1) * 2 + (v - 1) * p forwards, chunk 0's first: Narayanan et al. 2021, section
+    2.2.2). The same flush as ``peak_in_flight`` (``_flush_m``); memoised per (kind, p, flush
+    m, v). Read-only arrays."""
+    kind = ScheduleKind(getattr(kind, "value", kind))
+    return _held_chunks(kind, p, _flush_m(kind, p, m), v)
+
+
+@lru_cache(maxsize=4096)
+def _held_chunks(kind: ScheduleKind, p: int, m: int, v: int) -> tuple[np.ndarray, ...]:
+    s = make_schedule(kind, p, m, v)
+    kinds, chunk = np.asarray(s.op_kind), np.asarray(s.op_chunk, dtype=np.int64)
+    sign = np.where(kinds == F, 1, np.where((kinds == W) | (kinds == BW), -1, 0))
+    out = []
+    for st in range(p):
+        lo, hi = int(s.stage_ptr[st]), int(s.stage_ptr[st + 1])
+        delta = np.zeros((hi - lo, v), dtype=np.int64)
+        delta[np.arange(hi - lo), chunk[lo:hi]] = sign[lo:hi]
+        held = np.unique(np.cumsum(delta, axis=0), axis=0)
+        # drop the vectors another one dominates (their weighted sum is never the larger)
+        ge = (held[:, None, :] <= held[None, :, :]).all(axis=2)
+        dominated = (ge & ~ge.T).any(axis=1)
+        kept = held[~dominated]
+        kept.setflags(write=False)
+        out.append(kept)
+    return tuple(out)
 
 
 def _one_f_one_b_in_flight(m_values: np.ndarray, p: int) -> np.ndarray:
@@ -423,4 +466,4 @@ def _flush(kind: ScheduleKind, p: int, m: int, v: int, table: np.ndarray, durati
     return t_hi + (m - cap) * rate
 
 
-__all__ = ["candidate_orders", "flush_makespan_s", "m_cap", "order_durations", "peak_in_flight", "peak_in_flight_rows", "F", "W", "BW"]
+__all__ = ["candidate_orders", "flush_makespan_s", "m_cap", "order_durations", "peak_held_chunks", "peak_in_flight", "peak_in_flight_rows", "F", "W", "BW"]
