@@ -10,7 +10,9 @@ Each stage holds (``simulator.stage_cells``: every row's cells, flat):
   ``fp8_param_gather``; the gradient buffer holds ``grad_buffer_bytes`` a parameter (both:
   ``memory.model_state_bytes``); an offloaded fraction of the
   optimizer states lives on the host (``cost_models.offload``);
-* the activations of its schedule's peak of in-flight chunk sets (``makespan.peak_in_flight``):
+* the activations of its schedule's peak of in-flight chunk sets (``makespan.peak_in_flight``;
+  where a stage's chunks hold different bytes, the peak over the schedule's order of the sets
+  in flight, each chunk with its own layers: ``makespan.peak_held_chunks``):
   per layer what it keeps (``memory.activation_terms``: everything, less the recomputed
   operations; a layer recomputed in full keeps its input; an offloaded layer keeps nothing on
   the GPU, its copy is on the host);
