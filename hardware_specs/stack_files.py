@@ -49,7 +49,8 @@ def _number(value: Any, field: str) -> float:
 
 
 def _training_from_dict(values: dict, where: str) -> TrainingBehaviour:
-    defaults = {f: getattr(TrainingBehaviour(), f) for f in StackSpec.training_keys()}
+    default = TrainingBehaviour()  # built once: not once per behaviour (50 validations each)
+    defaults = {f: getattr(default, f) for f in StackSpec.training_keys()}
     unknown = set(values) - set(defaults)
     if unknown:
         raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown behaviour",
