@@ -171,6 +171,49 @@ def kv_same_domain_share(prefill_gpus, decode_gpus, p_workers, d_workers, domain
     return np.where(total <= dom, 1.0, np.where(pre + dec <= dom, np.minimum(np.maximum(share, 0.0), 1.0), 0.0))
 
 
+def _throughput_bisection(lo, hi, capacity, queue, cap, before_wait, sync, t_kv, decode_s, n_clients):
+    """The closed loop's request rate (``combine``): bisection in [lo, hi] for the rate x at which
+    x (TTFT(x) + decode) meets the clients, TTFT(x) the mean one (``_mdc_mean_wait_at`` of x /
+    capacity, at most ``cap``, at least ``sync``, after ``before_wait``, plus ``t_kv``).
+
+    The same operations in the same order as ``ttft_at``'s mean, so the same numbers bit for bit,
+    computed in place in a few preallocated arrays (a search sweeps tens of thousands of rows 40
+    times; fresh temporaries per operation cost as much as the arithmetic). The clip of the
+    waiting probability to [0, 1] is left out: rho in [0, 0.999999] to a power >= 1 (c >= 1)
+    already lies there, and NaN passes either way."""
+    c, exponent, service_s = queue
+    shape = np.broadcast_shapes(*(np.shape(v) for v in (lo, hi, capacity, c, exponent, service_s, cap,
+                                                          before_wait, sync, t_kv, decode_s, n_clients)))
+    lo, hi = np.array(np.broadcast_to(lo, shape), dtype=float), np.array(np.broadcast_to(hi, shape), dtype=float)
+    mid, rho, wait = np.empty(shape), np.empty(shape), np.empty(shape)
+    too_fast = np.empty(shape, dtype=bool)
+    for _ in range(_BISECTION_STEPS):
+        np.add(lo, hi, out=mid)
+        np.multiply(0.5, mid, out=mid)
+        # _mdc_mean_wait_at(mid / capacity): rho clipped, p_wait = rho ** exponent, idle = c (1 - rho)
+        np.divide(mid, capacity, out=rho)
+        np.maximum(rho, 0.0, out=rho)
+        np.minimum(rho, 0.999999, out=rho)
+        np.power(rho, exponent, out=wait)
+        np.subtract(1.0, rho, out=rho)
+        np.multiply(c, rho, out=rho)
+        np.divide(wait, rho, out=wait)
+        np.multiply(wait, _MDC_SCV, out=wait)
+        np.multiply(wait, service_s, out=wait)
+        # TTFT: before_wait + max(min(wq, cap), sync) + t_kv; too fast where x (TTFT + decode) > clients
+        np.minimum(wait, cap, out=wait)
+        np.maximum(wait, sync, out=wait)
+        np.add(before_wait, wait, out=wait)
+        np.add(wait, t_kv, out=wait)
+        np.add(wait, decode_s, out=wait)
+        np.multiply(mid, wait, out=wait)
+        np.greater(wait, n_clients, out=too_fast)
+        np.copyto(hi, mid, where=too_fast)
+        np.logical_not(too_fast, out=too_fast)
+        np.copyto(lo, mid, where=too_fast)
+    return 0.5 * (lo + hi)
+
+
 def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_free=False) -> dict[str, np.ndarray]:
     """The closed loop of one prefill pool and one decode pool (arrays already aligned per row):
     TTFT (mean, p90), TPOT, latency, throughput, prefill utilisation."""
@@ -222,24 +265,11 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
         return (host + own + np.maximum(wq, sync) + t_kv, host + own + np.maximum(w90, SYNC_P90 * sync) + t_kv,
                 own)
 
-    queue = _mdc_queue(servers, service)          # the loop's constants, computed once
-    before_wait = host + own
-
-    def mean_ttft_at(x):
-        """``ttft_at(x)[0]`` (the same numbers) without the 90th percentile."""
-        wq = np.minimum(_mdc_mean_wait_at(x / capacity, *queue)[0], cap)
-        return before_wait + np.maximum(wq, sync) + t_kv
-
     decode_s = gen * tpot
     lo = np.zeros_like(n_clients)
     hi = np.minimum(capacity * 0.999999, n_clients / (decode_s + t_kv))
-    for _ in range(_BISECTION_STEPS):
-        mid = 0.5 * (lo + hi)
-        ttft_mid = mean_ttft_at(mid)
-        too_fast = mid * (ttft_mid + decode_s) > n_clients
-        hi = np.where(too_fast, mid, hi)
-        lo = np.where(too_fast, lo, mid)
-    x = 0.5 * (lo + hi)
+    x = _throughput_bisection(lo, hi, capacity, _mdc_queue(servers, service), cap, host + own, sync, t_kv,
+                              decode_s, n_clients)
     ttft, ttft_p90, own = ttft_at(x)
     # saturated prefill: clients left over wait in the queue (Little's law)
     extra = np.maximum(n_clients / np.maximum(x, 1e-12) - (ttft + gen * tpot), 0.0)
