@@ -233,14 +233,52 @@ def _solve_loop(b, gen, t_d, own, service, w_p, sync, lead):
 
     lo = np.zeros_like(b)
     hi = 0.999999 / np.maximum(w_p, service)
-    for _ in range(_BISECTION_STEPS):
-        mid = 0.5 * (lo + hi)
-        ttft_m, tpot_m = loop(mid, p90=False)
-        too_fast = mid * (ttft_m + gen * tpot_m) > b
-        hi = np.where(too_fast, mid, hi)
-        lo = np.where(too_fast, lo, mid)
-    x = 0.5 * (lo + hi)
+    x = _loop_bisection(lo, hi, b, gen, t_d, own, service, w_p, sync, lead, others, cap)
     return x, loop(x)
+
+
+def _loop_bisection(lo, hi, b, gen, t_d, own, service, w_p, sync, lead, others, cap):
+    """``_solve_loop``'s bisection: the rate x in [lo, hi] at which x (TTFT(x) + gen TPOT(x))
+    meets the ``b`` clients. ``loop(x, p90=False)``'s operations in the same order, so the same
+    numbers bit for bit, in place in preallocated arrays, without the 90th-percentile wait that
+    ``queue_wait_s`` also computes and the bisection never reads (its second clip to 0.999999
+    is a no-op after the first)."""
+    shape = np.broadcast_shapes(*(np.shape(v) for v in (lo, hi, b, gen, t_d, own, service, w_p, sync, lead,
+                                                          others, cap)))
+    lo, hi = np.array(np.broadcast_to(lo, shape), dtype=float), np.array(np.broadcast_to(hi, shape), dtype=float)
+    service = _f(service)
+    lead_own = lead + own
+    mid, u, wait, work = np.empty(shape), np.empty(shape), np.empty(shape), np.empty(shape)
+    too_fast = np.empty(shape, dtype=bool)
+    for _ in range(_BISECTION_STEPS):
+        np.add(lo, hi, out=mid)
+        np.multiply(0.5, mid, out=mid)
+        # TPOT: t_d / (1 - u others), u = min(x w_p, 0.999999)
+        np.multiply(mid, w_p, out=u)
+        np.minimum(u, 0.999999, out=u)
+        np.multiply(u, others, out=u)
+        np.subtract(1.0, u, out=u)
+        np.divide(t_d, u, out=u)
+        # queue_wait_s(min(x service, 0.999999), service)'s mean: u / (1 - u) / 2 x service
+        np.multiply(mid, service, out=wait)
+        np.minimum(wait, 0.999999, out=wait)
+        np.maximum(wait, 0.0, out=wait)
+        np.subtract(1.0, wait, out=work)
+        np.divide(wait, work, out=wait)
+        np.divide(wait, 2.0, out=wait)
+        np.multiply(wait, service, out=wait)
+        # TTFT: lead + own + max(min(wq, cap), sync); too fast where x (TTFT + gen TPOT) > b
+        np.minimum(wait, cap, out=wait)
+        np.maximum(wait, sync, out=wait)
+        np.add(lead_own, wait, out=wait)
+        np.multiply(gen, u, out=u)
+        np.add(wait, u, out=wait)
+        np.multiply(mid, wait, out=wait)
+        np.greater(wait, b, out=too_fast)
+        np.copyto(hi, mid, where=too_fast)
+        np.logical_not(too_fast, out=too_fast)
+        np.copyto(lo, mid, where=too_fast)
+    return 0.5 * (lo + hi)
 
 
 def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
