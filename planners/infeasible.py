@@ -397,12 +397,14 @@ def _host_need(space, ev, cluster) -> str:
 
 def _something_fits(model, cluster, eff, c: SearchConstraints, limit: float) -> bool:
     """Whether some configuration under ``c`` fits in ``limit`` bytes (the search's space and
-    memory model, chunk by chunk; a request too wide to search is no suggestion)."""
-    from planners.vectorized import evaluate_space   # noqa: PLC0415 - only on this error path
+    memory model, chunk by chunk; a request too wide to search is no suggestion). Only the
+    memory phase runs: whether a row fits does not need its step time."""
+    from planners.vectorized import start_evaluation   # noqa: PLC0415 - only on this error path
 
     try:
         for space in enumerate_chunks(model, c):
-            if len(space) and len(evaluate_space(model, cluster, eff, space, c.global_batch, limit, workers=1).rows):
+            if len(space) and start_evaluation(model, cluster, eff, space, c.global_batch, limit,
+                                               workers=1).fitting_count():
                 return True
     except InputError:
         return False

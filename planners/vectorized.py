@@ -573,6 +573,12 @@ class Evaluation:
                            bound_pruned=sum(r.bound_pruned for r in results), fitting=len(self._fitting.rows),
                            unchecked=len(self._fitting.screened["rows"]))
 
+    def fitting_count(self) -> int:
+        """How many rows fit (the memory phase alone, no row timed): without ``keep`` and
+        screening, the number of rows ``finish`` would time and return."""
+        self.memory()
+        return 0 if self._fitting is None else len(self._fitting.rows)
+
     def finish(self, kept_elsewhere: tuple | None = None, timing_workers: int | None = None) -> Evaluated:
         """The evaluation (``evaluate_space``'s result; ``kept_elsewhere`` as there);
         ``timing_workers``: processes that time the rows (default: the memory phase's)."""
