@@ -55,19 +55,14 @@ def interleaved_order(p: int, m: int, v: int) -> list[list[tuple]]:
     When ``m == p`` Megatron runs every forward first (``all_warmup_microbatches``).
     """
     total = m * v
-
-    def unit(k: int, backward: bool) -> tuple[int, int]:
-        chunk = (k // p) % v
-        return (k // (p * v)) * p + k % p, (v - 1 - chunk if backward else chunk)
-
+    # the k-th forward and backward ops, the same on every stage (built once, not once a stage)
+    fwd = [(F, (k // (p * v)) * p + k % p, (k // p) % v) for k in range(total)]
+    bwd = [(BW, (k // (p * v)) * p + k % p, v - 1 - (k // p) % v) for k in range(total)]
     orders = []
     for i in range(p):
         warm = total if m == p else min((p - 1 - i) * 2 + (v - 1) * p, total)
-        ops = [(F, *unit(k, False)) for k in range(warm)]
-        for k in range(total - warm):
-            ops.append((F, *unit(warm + k, False)))
-            ops.append((BW, *unit(k, True)))
-        ops += [(BW, *unit(k, True)) for k in range(total - warm, total)]
+        # warm-up forwards, then forward warm + k and backward k in turn, then the cool-down
+        ops = fwd[:warm] + [op for pair in zip(fwd[warm:], bwd[:total - warm]) for op in pair] + bwd[total - warm:]
         orders.append(ops)
     return orders
 
