@@ -336,7 +336,8 @@ def _refine(ctx, table: _DecodeTable, pre: dict, pi, pos, npw, ndw, lo, hi, isl:
     psel = _per_row(pre, pi, "pre_one_s")
 
     def run(rows, batch):
-        got = combine(ctx, {k: v[table.at(pos[rows], batch)] for k, v in table.d.items()},
+        at = table.at(pos[rows], batch)          # the decode rows, looked up once for every column
+        got = combine(ctx, {k: v[at] for k, v in table.d.items()},
                       {k: v[rows] for k, v in psel.items()}, npw[rows], ndw[rows], isl, osl)
         return _meets(got, ttft_s, tpot_s), got["tokens_per_s_per_gpu"], got["tpot_s"], got["ttft_s"]
 
