@@ -317,13 +317,21 @@ def block_cast_bytes(tokens, shapes, dtype: str, current_scaling, tp, sp) -> dic
 
 def _linear_times(tokens, shapes, rates: ComputeRates) -> dict:
     """Forward, data-gradient and weight-gradient seconds and forward FLOPs of the linear layers
-    ``shapes`` ([(n, k), ...]) for ``tokens`` rows."""
-    out = {"gemm_fwd_s": 0.0, "gemm_dgrad_s": 0.0, "gemm_wgrad_s": 0.0, "gemm_flops_fwd": 0.0}
-    for n, k in shapes:
+    ``shapes`` ([(n, k), ...]) for ``tokens`` rows.
+
+    Also the same seconds of the block's tensor-parallel ends apart, the windows its TP
+    collectives can hide under (``simulator.layer_times``): ``tp_col_gemm_{fwd,dgrad,wgrad}_s``,
+    the column-parallel entry (every linear but the last: QKV, MLA's projections, fc1 / gate-up,
+    Mamba's in_proj), and ``tp_row_gemm_{fwd,dgrad,wgrad}_s``, the row-parallel exit (the last
+    linear: the attention output projection, fc2, out_proj)."""
+    out = {"gemm_fwd_s": 0.0, "gemm_dgrad_s": 0.0, "gemm_wgrad_s": 0.0, "gemm_flops_fwd": 0.0,
+           **{f"tp_{end}_gemm_{p}_s": 0.0 for end in ("col", "row") for p in ("fwd", "dgrad", "wgrad")}}
+    for i, (n, k) in enumerate(shapes):
         fwd, dgrad, wgrad = linear_gemm_times_s(tokens, n, k, rates)
-        out["gemm_fwd_s"] = out["gemm_fwd_s"] + fwd
-        out["gemm_dgrad_s"] = out["gemm_dgrad_s"] + dgrad
-        out["gemm_wgrad_s"] = out["gemm_wgrad_s"] + wgrad
+        end = "row" if i == len(shapes) - 1 else "col"
+        for p, t in (("fwd", fwd), ("dgrad", dgrad), ("wgrad", wgrad)):
+            out[f"gemm_{p}_s"] = out[f"gemm_{p}_s"] + t
+            out[f"tp_{end}_gemm_{p}_s"] = out[f"tp_{end}_gemm_{p}_s"] + t
         out["gemm_flops_fwd"] = out["gemm_flops_fwd"] + 2.0 * tokens * n * k
     return out
 

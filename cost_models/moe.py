@@ -270,7 +270,8 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
     (``grouped_gemm_time_s``; ``TrainingBehaviour.grouped_gemm_streams``, 1 = one after another).
 
     Returns a dict of float arrays: ``gemm_fwd_s`` (router + experts + shared),
-    ``expert_gemm_fwd_s``, ``shared_gemm_fwd_s``, ``router_fwd_s``, ``elem_fwd_s``, the
+    ``expert_gemm_fwd_s``, ``shared_gemm_fwd_s``, the shared experts' fc1 and fc2 GEMM seconds
+    per pass (``tp_col_gemm_*_s``, ``tp_row_gemm_*_s``; 0 without them), ``router_fwd_s``, ``elem_fwd_s``, the
     quantisation times ``cast_fwd_s``, ``cast_bwd_s``, ``weight_cast_s`` (as
     ``layer_costs.linear_cast_bytes``; 0 in 16-bit),
     ``gemm_flops_fwd`` (router + mean routed + shared; the per-GPU share, like the dense
@@ -327,12 +328,17 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
     f_sh = shared_ffn_total(model)
     shared_s = shared_dgrad = shared_wgrad = zero
     shared_flops = zero
+    # the shared experts' column-parallel (fc1) and row-parallel (fc2) GEMMs apart: the windows
+    # of the block's own TP collectives (``layer_costs._linear_times``' ``tp_col_*`` / ``tp_row_*``)
+    shared_ends = {f"tp_{end}_gemm_{p}_s": zero for end in ("col", "row") for p in ("fwd", "dgrad", "wgrad")}
     casts = dict(expert_casts)
     if f_sh:
         shared_shapes = mlp_gemm_shapes(h, f_sh, model.gated_mlp, tp)
-        for n, kk in shared_shapes:
+        for end, (n, kk) in zip(("col", "row"), shared_shapes):
             fwd, dgrad, wgrad = linear_gemm_times_s(tokens, n, kk, rates)
             shared_s, shared_dgrad, shared_wgrad = shared_s + fwd, shared_dgrad + dgrad, shared_wgrad + wgrad
+            shared_ends.update({f"tp_{end}_gemm_fwd_s": fwd, f"tp_{end}_gemm_dgrad_s": dgrad,
+                                f"tp_{end}_gemm_wgrad_s": wgrad})
             shared_flops = shared_flops + 2.0 * tokens * n * kk
         shared_casts = block_cast_bytes(tokens, shared_shapes, rates.dtype, current_scaling, tp, sp)
         casts = {key: casts[key] + shared_casts[key] for key in casts}
@@ -373,6 +379,7 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
         "gemm_wgrad_s": router_wgrad + proj_wgrad + expert_wgrad + shared_wgrad,
         "expert_gemm_fwd_s": expert_s,
         "shared_gemm_fwd_s": shared_s,
+        **shared_ends,
         "router_fwd_s": router_s,
         "elem_fwd_s": elem_s,
         "elem_bwd_s": elem_bwd_s,

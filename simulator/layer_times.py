@@ -31,11 +31,11 @@ pass is host-bound (the floor is off under CUDA graphs);
 
 and the parts of each for the step's breakdown. Communication is exposed as the software stack
 decides (``ParallelConfig``): tensor-parallel collectives fully unless ``tp_comm_overlap``
-under sequence parallelism (then what exceeds the GEMMs they pipeline with;
-``tp_overlap_applies``), expert all-to-alls fully unless
+under sequence parallelism (then what exceeds the GEMMs of the linear they pipeline with;
+``tp_overlap_applies``, ``tp_exposed_per_linear``), expert all-to-alls fully unless
 ``ep_comm_overlap`` (then what exceeds the layer's compute; their volume per the stack's
 dispatcher, ``ep_dispatch_dedup``), context-parallel rings under the
-attention core; the backward TP collectives under the gradient GEMMs with
+attention core; the backward TP collectives under their own linear's gradient GEMMs with
 ``tp_backward_overlap``, except, under sequence parallelism, the all-gather of each
 row-parallel output's gradient, which the gradient GEMMs wait for. Nothing here is a fitted
 exposure share.
@@ -98,6 +98,60 @@ def tp_overlap_applies(tp_overlap, sp, tp):
     reduce-scatter and has no all-reduce pattern. So a stack profile that turns the overlap on
     (its recipes run sequence parallelism) hides nothing of a plan without it."""
     return np.asarray(tp_overlap, dtype=bool) & np.asarray(sp, dtype=bool) & (np.asarray(tp) > 1)
+
+
+def tp_exposed_per_linear(tp_coll, sp, tp_overlap, tp_backward_overlap, blocks):
+    """Exposed seconds of a layer's tensor-parallel collectives, per row: ``(forward, backward,
+    backward of a B pass run apart from its W)``, each collective hidden under its own linear's
+    GEMMs only, never under the layer's other GEMMs.
+
+    ``tp_coll``: one ring all-reduce of the [tokens, h] activations (a sequence-parallel
+    all-gather or reduce-scatter: half of it). ``tp_overlap``: userbuffers pipelining applies
+    (``tp_overlap_applies``; sequence parallelism implied). ``blocks``: ``[(weight, windows)]``,
+    one column-parallel entry and row-parallel exit pair each (attention, MLP; ``weight`` blocks
+    of traffic, a share of one in a hybrid layer's mean), ``windows`` holding that block's
+    ``tp_col_gemm_{fwd,dgrad,wgrad}_s`` and ``tp_row_gemm_{fwd,dgrad}_s``
+    (``layer_costs._linear_times``; share-weighted where ``weight`` is a share, so a window is
+    compared with ``weight`` x the collective).
+
+    Per block: the column-parallel linear's backward collectives (NVIDIA/Megatron-LM@d98e8a64
+    megatron/core/tensor_parallel/layers.py ``LinearWithGradAccumulationAndAsyncCommunication.
+    backward``: with sequence parallelism the re-gather of its input, started before its
+    data-gradient GEMM, and the reduce-scatter of its input gradient, started before its
+    weight-gradient GEMM; without it the all-reduce of the input gradient) are waited for before
+    that linear's backward returns, so they hide under that linear's own data- and weight-gradient
+    GEMMs only (under its data-gradient GEMM alone in a B pass whose W runs later, zero-bubble
+    schedules); the row-parallel output gradient's all-gather is synchronous
+    (``_ReduceScatterToSequenceParallelRegion.backward``) and stays exposed. Userbuffers
+    (Transformer Engine ``ub_overlap_ag`` / ``ub_overlap_rs`` forward, ``ub_bulk_dgrad`` /
+    ``ub_bulk_wgrad`` and the row-parallel backward's ``ub_overlap_ag``) pipeline each collective
+    with its own linear's GEMM: forward the input all-gather with the column-parallel GEMM and the
+    output reduce-scatter with the row-parallel one; backward the column-parallel collectives as
+    above and the output gradient's all-gather with the row-parallel data-gradient GEMM.
+    (A linear's two backward collectives share its two GEMMs as one window here; Megatron's order
+    pairs the re-gather with the data-gradient GEMM and the reduction with the weight-gradient one,
+    which can expose a little more when one GEMM is shorter than its collective and the other
+    longer.) Pooling the layer's traffic under all its GEMMs hid e.g. the two 188 us
+    collectives of Llama-3 8B's QKV (GQA: 768 columns a rank at tp 8, 8192 tokens, DGX H100)
+    under the MLP's GEMMs, though QKV's own dgrad and wgrad last 115 and 105 us."""
+    seq = np.asarray(sp, dtype=bool)
+    ub = np.asarray(tp_overlap, dtype=bool)
+    fwd = bwd = bwd_split = 0.0 * tp_coll
+    for weight, win in blocks:
+        c = weight * tp_coll
+        half = c / 2.0
+        col_f, col_d, col_w = win["tp_col_gemm_fwd_s"], win["tp_col_gemm_dgrad_s"], win["tp_col_gemm_wgrad_s"]
+        row_f, row_d = win["tp_row_gemm_fwd_s"], win["tp_row_gemm_dgrad_s"]
+        col_b = c                                       # re-gather + reduce-scatter, or the all-reduce
+        row_b = np.where(seq, half, 0.0)                # the output gradient's all-gather
+        fwd = fwd + np.where(ub, np.maximum(half - col_f, 0.0) + np.maximum(half - row_f, 0.0), c)
+        fused = np.maximum(col_b - col_d - col_w, 0.0)
+        alone = np.maximum(col_b - col_d, 0.0)
+        ub_row = np.maximum(row_b - row_d, 0.0)
+        bwd = bwd + np.where(ub, fused + ub_row, np.where(tp_backward_overlap, fused + row_b, col_b + row_b))
+        bwd_split = bwd_split + np.where(ub, alone + ub_row,
+                                         np.where(tp_backward_overlap, alone + row_b, col_b + row_b))
+    return fwd, bwd, bwd_split
 
 
 def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, tokens, tp, cp, sp, rc,
@@ -244,7 +298,6 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         tp_fwd = nb * tp_coll
         tp_bwd = nb * tp_coll + np.where(sp, nb / 2.0 * tp_coll, 0.0)
         tp_rec = np.where(rc == 2, tp_fwd, 0.0)
-        tp_bwd_dependent = np.where(sp, nb / 2.0 * tp_coll, 0.0)
         gemm_f = attn_k["gemm_fwd_s"] + mlp["gemm_fwd_s"]
         dgrad = attn_k["gemm_dgrad_s"] + mlp["gemm_dgrad_s"]
         wgrad = attn_k["gemm_wgrad_s"] + mlp["gemm_wgrad_s"]
@@ -313,18 +366,20 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         # the same pass; the backward collectives of the column-parallel layers also run under
         # their weight- and data-gradient GEMMs when the stack issues them asynchronously
         # (tp_backward_overlap: Megatron-LM since 2021-08, Transformer Engine)
-        tpf = np.where(tp_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_fwd)
-        # (the row-parallel output gradients' all-gathers, ``tp_bwd_dependent``, stay exposed
-        # unless userbuffers pipeline them)
-        async_b = tp_bwd_dependent + np.maximum(tp_bwd - tp_bwd_dependent - dgrad - wgrad, 0.0)
-        tpb = np.where(tp_overlap, np.maximum(tp_bwd - dgrad - wgrad, 0.0),
-                       np.where(tp_backward_overlap, async_b, tp_bwd))
-        # a B pass whose W runs later (zero-bubble schedules) has no weight-gradient GEMMs to
-        # hide its collectives under: its own data-gradient GEMMs are the window
-        async_b_split = tp_bwd_dependent + np.maximum(tp_bwd - tp_bwd_dependent - dgrad, 0.0)
-        tpb_split = np.where(tp_overlap, np.maximum(tp_bwd - dgrad, 0.0),
-                             np.where(tp_backward_overlap, async_b_split, tp_bwd))
-        tpr_full = np.where(tp_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_fwd)
+        # each linear's collectives hide under that linear's own GEMMs only (``tp_exposed_per_linear``):
+        # the sequence-mixing block's and the MLP block's (an MoE layer's: its shared experts', or
+        # without them and sequence parallelism the whole block's GEMMs as one linear pair)
+        if kind == "moe" and not shared_blocks:
+            mlp_ends = {"tp_col_gemm_fwd_s": mlp["gemm_fwd_s"], "tp_col_gemm_dgrad_s": mlp["gemm_dgrad_s"],
+                        "tp_col_gemm_wgrad_s": mlp["gemm_wgrad_s"], "tp_row_gemm_fwd_s": 0.0 * tokens,
+                        "tp_row_gemm_dgrad_s": 0.0 * tokens, "tp_row_gemm_wgrad_s": 0.0 * tokens}
+        else:
+            mlp_ends = mlp
+        mlp_w = (shares["mlp"] if hybrid and kind == "dense" else mlp_block_tp(kind)) + 0.0 * tokens
+        mix_w = nb - mlp_w
+        tpf, tpb, tpb_split = tp_exposed_per_linear(tp_coll, sp, tp_overlap, tp_backward_overlap,
+                                                    [(mix_w, attn_k), (mlp_w, mlp_ends)])
+        tpr_full = tpf
         if kind == "moe":
             dispatch = mlp["a2a_dispatch_buffer_bytes"]       # the routed rows, at the experts' width
             a2a = moe_costs.moe_all_to_all_time_s(dispatch, ep, etp, cluster, eff, load_imbalance=imbalance,
