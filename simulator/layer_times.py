@@ -29,7 +29,8 @@ each at least the pass's kernels times the host's issue time (``EfficiencyModel.
 an eager framework issues kernels one by one from Python, ahead of the GPU, so a small layer's
 pass is host-bound (the floor is off under CUDA graphs);
 
-and the parts of each for the step's breakdown. Communication is exposed as the software stack
+and the parts of each for the step's breakdown, those of ``b_split`` / ``w_split`` apart
+(``compute_bwd_split``, ``tp_base_split``, ``ep_base_split``). Communication is exposed as the software stack
 decides (``ParallelConfig``): tensor-parallel collectives fully unless ``tp_comm_overlap``
 under sequence parallelism (then what exceeds the GEMMs of the linear they pipeline with;
 ``tp_overlap_applies``, ``tp_exposed_per_linear``), expert all-to-alls fully unless
@@ -453,9 +454,13 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             f"recompute_{kind}": np.where(full, rec_full, sel), f"recompute_full_{kind}": rec_full,
             f"recompute_sel_{kind}": sel + 0.0 * tokens,
             f"tp_exposed_{kind}": tpf + tpb + np.where(full, tpr_full, 0.0), f"tp_base_{kind}": tpf + tpb,
+            # the same with the backward run as a B apart from its W (``b_split``): what the B
+            # pass leaves exposed beyond its own data-gradient GEMMs
+            f"tp_base_split_{kind}": tpf + tpb_split,
             f"tp_recompute_{kind}": tpr_full, f"cp_exposed_{kind}": cpc["fwd_exposed_s"] + cpc["bwd_exposed_s"]
             + np.where(full, cpr_full, 0.0),
             f"ep_exposed_{kind}": epf + epb + np.where(full, epr_full, 0.0), f"ep_base_{kind}": epf + epb,
+            f"ep_base_split_{kind}": epf + epb_split + 0.0 * tokens,
             f"ep_recompute_{kind}": epr_full + 0.0 * tokens, f"ep_total_{kind}": ep_total,
             # the whole dispatch + combine of each pass, hidden or not (what it keeps the links busy)
             f"ep_fwd_traffic_{kind}": ep_fwd_traffic + 0.0 * tokens, f"ep_bwd_traffic_{kind}": ep_bwd_traffic + 0.0 * tokens,

@@ -381,7 +381,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     per_layer_b_split, per_layer_w_split, off_b_split = [], [], []
     parts = {name: [] for name in ("compute", "recompute", "tp", "cp", "ep", "z3", "tp_total", "weight_cast",
                                    "recompute_full", "recompute_sel", "tp_recompute", "ep_recompute",
-                                   "tp_total_recompute")}
+                                   "tp_total_recompute", "compute_split", "tp_split", "ep_split", "z3_split")}
     link_bw = _link_bw(cluster, batch)
     # a PCIe host link is the link the NICs use too; ZeRO and expert groups larger than a node
     # send through the NICs: a ZeRO shard group's ranks are tp apart (Megatron's tp-cp-dp order),
@@ -480,6 +480,14 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         parts["tp_total"].append(lay[f"tp_total_base_{kind}"])
         parts["tp_total_recompute"].append(lay[f"tp_total_recompute_{kind}"])
         parts["weight_cast"].append(lay[f"weight_cast_{kind}"])
+        # the same parts of a layer whose B runs apart from its W (``b_split``, ``w_split``): the
+        # passes the zero-bubble schedules and DualPipe's split steps run, so that the busiest
+        # stage's parts sum to the work its makespan holds
+        parts["compute_split"].append(lay[f"compute_fwd_{kind}"] + lay[f"compute_bwd_split_{kind}"]
+                                      + lay[f"w_split_{kind}"] + accum)
+        parts["tp_split"].append(lay[f"tp_base_split_{kind}"])
+        parts["ep_split"].append(lay[f"ep_base_split_{kind}"])
+        parts["z3_split"].append(z3f + z3b_split)
     per_layer = PerLayer(f=tuple(per_layer_f), b=tuple(per_layer_b), w=tuple(per_layer_w), r=tuple(per_layer_r),
                          parts={k: tuple(v) for k, v in parts.items()}, r_full=tuple(r_full), r_sel=tuple(r_sel),
                          off_f=tuple(off_f), off_b=tuple(off_b), b_split=tuple(per_layer_b_split),

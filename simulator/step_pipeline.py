@@ -23,7 +23,7 @@ from simulator.config_batch import RECOMPUTE_CODES, RECOMPUTE_METHOD_CODES, SCHE
 from simulator.layout_string import parse_layout
 from simulator.parallel_config import Recompute, RecomputeMethod
 from simulator.pipeline.bound import flush_lower_bound_s
-from simulator.pipeline.makespan import MIXED_W, flush_makespan_s, stage_work_s
+from simulator.pipeline.makespan import MIXED_W, flush_makespan_s, split_backward_counts, stage_work_s
 from simulator.pipeline.schedules import ScheduleKind
 from simulator.stage_layout import moe_layers_before, path_cells, position_layers, position_moe_layers
 
@@ -34,6 +34,10 @@ _FULL_CODE = RECOMPUTE_CODES[Recompute.FULL]
 SPLIT_W = (ScheduleKind.ZB_H1, ScheduleKind.ZB_H2, ScheduleKind.ZB_V)
 #: per-layer parts summed over a cell for the busiest stage's breakdown
 PART_KEYS = ("compute", "recompute", "tp", "cp", "ep", "z3")
+#: the parts that differ where a backward runs as a B apart from its W (``PerLayer.parts`` holds
+#: them as ``<name>_split`` too): compute (each pass's own host floor), the TP and EP traffic the
+#: B exposes beyond its own GEMMs, and the ZeRO traffic that has only the B as its window
+SPLIT_PARTS = ("compute", "tp", "ep", "z3")
 
 
 def schedule_chunks(schedule_code: int, vpp: int) -> int:
@@ -54,7 +58,8 @@ class PerLayer:
     ``r_sel``: that of a layer recomputed in full / of one that recomputes only the selected
     operations; ``off_f`` / ``off_b``: the exposed host transfer of an offloaded layer in
     forward / backward; ``parts``: name -> (dense, moe) arrays of the breakdown parts per layer
-    and micro-batch (``PART_KEYS``, ``recompute_full``, ``recompute_sel`` and ``tp_total``);
+    and micro-batch (``PART_KEYS``, ``recompute_full``, ``recompute_sel``, ``tp_total``, and
+    ``<name>_split`` of the ``SPLIT_PARTS`` for the passes ``b_split``, ``w_split``);
     ``b_split``, ``w_split``, ``off_b_split``: ``b``, ``w`` and ``off_b`` of a backward whose W
     runs apart from its B (``layer_times``: the B pass is the only window of its exposed
     traffic), the durations of the zero-bubble schedules' B and W ops (None: as ``b``, ``w``)."""
@@ -491,8 +496,18 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
             return dn * d + mn * mo
 
         e = {name: rows(getattr(ends, name)) for name in Ends.__dataclass_fields__}
+        # the busiest stage's layers per micro-batch whose backward runs as a B apart from its
+        # W (the makespan's ``b_split`` / ``w_split`` passes): its parts are those passes' parts,
+        # so that they sum to the work the makespan holds and the bubble is the stage's idle
+        # time (with the fused parts, the split B's extra exposed TP / EP traffic showed as bubble)
+        n_split = split_layers(kind, p, mm, share, cells, split, rows_k, k, at_k)
+        fused = {name: at_k[name] - n_split[name] for name in n_split}
         for name in PART_KEYS:
-            if name != "recompute":
+            if name in SPLIT_PARTS:
+                out[f"part_{name}_s"][idx] = (per_layer_sum(per_layer.parts[name], fused["dense"], fused["moe"])
+                                              + per_layer_sum(per_layer.parts[f"{name}_split"], n_split["dense"],
+                                                              n_split["moe"]))
+            elif name != "recompute":
                 out[f"part_{name}_s"][idx] = per_layer_sum(per_layer.parts[name])
         # recomputation: full for the layers so covered, the selected operations for the others
         rec_full = per_layer_sum(per_layer.parts["recompute_full"], "rc_dense", "rc_moe")
@@ -503,7 +518,8 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
         out["part_tp_s"][idx] += per_layer_sum(per_layer.parts["tp_recompute"], "rc_dense", "rc_moe")
         out["part_ep_s"][idx] += per_layer_sum(per_layer.parts["ep_recompute"], "rc_dense", "rc_moe")
         out["part_offload_s"][idx] = (per_layer_sum(per_layer.off_f, "off_dense", "off_moe")
-                                      + per_layer_sum(per_layer.off_b, "off_dense", "off_moe"))
+                                      + per_layer_sum(per_layer.off_b, fused["off_dense"], fused["off_moe"])
+                                      + per_layer_sum(per_layer.off_b_split, n_split["off_dense"], n_split["off_moe"]))
         out["rc_dense_path"][idx] = share * split["rc_dense"].sum(axis=(1, 2))
         out["rc_moe_path"][idx] = share * split["rc_moe"].sum(axis=(1, 2))
         out["part_z3_s"][idx] += at_k["emb"] * (e["emb_z3_f"] + e["emb_z3_bw"]) \
@@ -527,6 +543,24 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
                                       + at_k["mtp"] * (e["mtp_f"] + e["mtp_b"] + e["mtp_w"])) - ends_tp
         out["ends_p2p_s"][idx] = (cells["send_f"] * sends["f"] + cells["send_b"] * sends["b"]).sum(axis=2)[rows_k, k]
     return out
+
+
+def split_layers(kind: ScheduleKind, p: int, m, share, cells: dict, split: dict, rows_k, k, at_k: dict) -> dict:
+    """Per row, the busiest stage's (``k``) layers per micro-batch whose backward runs as a B
+    apart from its W, by kind (``dense``, ``moe``, and the offloaded ``off_dense``,
+    ``off_moe``): all of ``at_k``'s on the zero-bubble schedules (``SPLIT_W``); on DualPipe(V),
+    per chunk its layers times the share of the chunk's m * share backward passes the recipe
+    splits (``makespan.split_backward_counts``); none on the others."""
+    names = ("dense", "moe", "off_dense", "off_moe")
+    if kind in SPLIT_W:
+        return {name: at_k[name] for name in names}
+    if kind not in MIXED_W:
+        return {name: 0.0 * at_k[name] for name in names}
+    counts = {"dense": cells["dense"], "moe": cells["moe"], "off_dense": split["off_dense"],
+              "off_moe": split["off_moe"]}
+    q = split_backward_counts(kind, p)[k] / (np.asarray(m, dtype=float) * share)[:, None]     # (rows, v)
+    return {name: (np.broadcast_to(counts[name], cells["dense"].shape)[rows_k, k, :] * q).sum(axis=1)
+            for name in names}
 
 
 def _layouts(batch, idx):

@@ -31,7 +31,7 @@ from functools import lru_cache
 import numpy as np
 
 from simulator.pipeline.event_sim import sweep
-from simulator.pipeline.schedules import BW, F, W, ScheduleKind, make_schedule
+from simulator.pipeline.schedules import B, BW, F, W, ScheduleKind, make_schedule
 
 #: schedules that split some backward passes into B and W and fuse the others (BW)
 MIXED_W = (ScheduleKind.DUALPIPE, ScheduleKind.DUALPIPE_V)
@@ -110,6 +110,25 @@ def flush_within_limit(kind, p, m, v):
     if kind == ScheduleKind.GPIPE:
         return np.ones(np.shape(np.asarray(p)), dtype=bool)
     return flush_ops(kind, p, m, v) <= flush_limit(kind)
+
+
+@lru_cache(maxsize=64)
+def split_backward_counts(kind, p: int) -> np.ndarray:
+    """(p, v) backward passes each (stage, chunk) cell of a schedule in ``MIXED_W`` runs as a B
+    apart from its W (the others are fused BW), in one flush.
+
+    DualPipe(V)'s recipe (DeepSeek-V3 section 3.2.1, ``generators._dualpipe_rank``) splits
+    only the passes of its steps 3, 6 (second half) and 7, whose counts depend on the rank and
+    the pipeline size but not on the micro-batches (the main step 4 fuses them all), so they
+    are counted once on the shortest flush the schedule allows (m = 2p).
+    tests/test_split_breakdown.py checks they do not change with m."""
+    kind = ScheduleKind(getattr(kind, "value", kind))
+    sched = make_schedule(kind, p, _min_m(kind, p))
+    stage = np.repeat(np.arange(p), np.diff(sched.stage_ptr))
+    counts = np.zeros((p, sched.v))
+    np.add.at(counts, (stage[sched.op_kind == B], sched.op_chunk[sched.op_kind == B]), 1.0)
+    counts.setflags(write=False)
+    return counts
 
 
 def _min_m(kind: ScheduleKind, p: int) -> int:
@@ -466,4 +485,4 @@ def _flush(kind: ScheduleKind, p: int, m: int, v: int, table: np.ndarray, durati
     return t_hi + (m - cap) * rate
 
 
-__all__ = ["candidate_orders", "flush_makespan_s", "m_cap", "order_durations", "peak_held_chunks", "peak_in_flight", "peak_in_flight_rows", "F", "W", "BW"]
+__all__ = ["candidate_orders", "flush_makespan_s", "m_cap", "split_backward_counts", "order_durations", "peak_held_chunks", "peak_in_flight", "peak_in_flight_rows", "F", "W", "BW"]
