@@ -603,7 +603,10 @@ def test_dp_comm_row_names_dualpipe_s_copy_pair_exchange():
     plain, none = _dp_comm_row("-n", "4", "--pp", "4", "--global-batch", "8")
     assert none == 0.0 and "data-parallel gradient reduction" in plain and "DualPipe" not in plain
     both, with_dp = _dp_comm_row("-n", "8", "--pp", "4", "--schedule", "dualpipe", "--global-batch", "16")
-    assert with_dp > value and "DP + DualPipe copy-pair grad reductions" in both
+    # (on one 8-GPU node the pair exchanges over NVLink, and at dp 2 each rank's ZeRO-1 shard is
+    # half the gradient: the sum is not above the dp 1 exchange since the pair stopped being
+    # priced on the NIC, session 55)
+    assert with_dp > 0 and "DP + DualPipe copy-pair grad reductions" in both
 
 
 def test_stage_memory_table_columns_carry_their_unit():

@@ -38,15 +38,17 @@ PLAN = HeteroPlan(groups=(ReplicaGroup((StagePlacement("x", 4, 32),), replicas=2
 
 def test_the_ring_ends_after_each_groups_own_end_plus_its_own_exposure():
     h200 = simulate_heterogeneous(MODEL, _cluster(H200), PLAN)
-    # the review's numbers: the groups' stages (ms) and their exposures (s)
+    # the review's numbers: the groups' stages (ms) and their exposures (s); since session 55
+    # (TP collectives hidden per linear, Hopper's HBM fraction 0.6406) x 0.9634 -> 0.9668 s,
+    # y 0.9905 -> 0.9953 s, x's exposure 0.0320 -> 0.0302 s
     x, y = (s for s in h200.stages)
-    assert x.stage_time_s == pytest.approx(0.9634, abs=1e-4) and y.stage_time_s == pytest.approx(0.9905, abs=1e-4)
-    assert x.dp_comm_exposed_s == pytest.approx(0.0320, abs=1e-4)
+    assert x.stage_time_s == pytest.approx(0.9668, abs=1e-4) and y.stage_time_s == pytest.approx(0.9953, abs=1e-4)
+    assert x.dp_comm_exposed_s == pytest.approx(0.0302, abs=1e-4)
     assert y.dp_comm_exposed_s == pytest.approx(0.0188, abs=1e-4)
     opt = h200.time_breakdown_s["optimizer_s"]
     assert opt == pytest.approx(max(x.optimizer_s, y.optimizer_s), rel=1e-12)
-    # y (the slower group) binds: 0.9905 + 0.0188 > 0.9634 + 0.0320
-    assert h200.step_time_s <= 0.9905 + 0.0190 + opt + 1e-4
+    # y (the slower group) binds: 0.9953 + 0.0188 > 0.9668 + 0.0302
+    assert h200.step_time_s <= 0.9953 + 0.0190 + opt + 1e-4
     assert h200.step_time_s == pytest.approx(max(x.stage_time_s + x.dp_comm_exposed_s,
                                                  y.stage_time_s + y.dp_comm_exposed_s) + opt, rel=1e-9)
     # the breakdown names what the ring adds after the slowest group ends, and still sums to the step
@@ -57,8 +59,8 @@ def test_the_ring_ends_after_each_groups_own_end_plus_its_own_exposure():
 def test_h200s_in_place_of_h100s_never_slow_the_plan_or_the_best_plan():
     h100 = simulate_heterogeneous(MODEL, _cluster(H100), PLAN)
     h200 = simulate_heterogeneous(MODEL, _cluster(H200), PLAN)
-    # both groups alike on H100s: 0.9905 + 0.0188 + 0.0062
-    assert h100.step_time_s == pytest.approx(0.9905 + 0.0188 + 0.0062, abs=2e-4)
+    # both groups alike on H100s: 0.9953 + 0.0188 + 0.0065
+    assert h100.step_time_s == pytest.approx(0.9953 + 0.0188 + 0.0065, abs=2e-4)
     assert h200.step_time_s <= h100.step_time_s * (1 + 1e-12)
     best = {name: plan_heterogeneous(MODEL, _cluster(x), 24).best_report.step_time_s
             for name, x in (("h100", H100), ("h200", H200))}
