@@ -35,9 +35,11 @@ def _mix(first, second):
 def test_a_faster_link_never_gives_a_slower_best_plan_when_the_min_max_split_flushes_slower():
     fast = PooledCluster("own", POOLS)
     slow = PooledCluster("200g", POOLS, (PoolLink(("p1", "p2"), 200e9 / 8, 5e-6, "infiniband"),))
-    # the two splits on the faster link, as the simulator prices them (the module doc's numbers)
+    # the two splits on the faster link, as the simulator prices them (the module doc's numbers
+    # until session 55; with each TP collective hidden under its own linear's GEMMs and Hopper's
+    # HBM fraction 0.6406 the two are 9.0255 and 9.0254 s: the invariants below still hold)
     a, b = (simulate_heterogeneous(MODEL, fast, _mix(*s)) for s in ((22, 21), (21, 22)))
-    assert a.step_time_s == pytest.approx(8.9494, abs=1e-4) and b.step_time_s == pytest.approx(8.9682, abs=1e-4)
+    assert a.step_time_s == pytest.approx(9.0255, abs=1e-4) and b.step_time_s == pytest.approx(9.0254, abs=1e-4)
     best_fast = plan_heterogeneous(MODEL, fast, 512)
     best_slow = plan_heterogeneous(MODEL, slow, 512)
     on_fast = simulate_heterogeneous(MODEL, fast, best_slow.best)
