@@ -37,10 +37,10 @@ def test_qwen3_32b_row_needs_98_percent_of_its_prefill_pool_not_more_than_its_pe
     assert need < peak and round(100 * need / peak) == 61
     assert round(100 * need / (peak * fraction)) == 98
     one_prefill_s = prompt_flop / (peak / 5 * fraction)
-    assert round(one_prefill_s * 1e3) == 211
+    assert round(one_prefill_s * 1e3) == 212          # 211 at session 53's fraction 0.6266
     assert round(ttft_s / one_prefill_s, 1) == 2.7
     for text in ("6.1 PFLOP/s", "61% of their 9.9 PFLOP/s dense FP8 peak", "= 98% of what they reach",
-                 "2.7 one-prompt prefills", "= 211 ms"):
+                 "2.7 one-prompt prefills", "= 212 ms"):
         assert text in DOC, text
     assert "4.9 PFLOP/s" not in DOC
 
