@@ -57,7 +57,10 @@ def test_a_coordinate_step_with_workers_is_the_step_without_them_even_when_a_tri
             results.append(coordinate_step(dict(x), score(x), "gemm16", 0, score))
     assert results[0] == results[1]
     stepped, _ = results[0]
-    assert stepped["gemm16"] < 0.95 and stepped["gemm8"] < 0.94     # the clamping case happened
+    # the clamping case happened: a step over gemm16 moves gemm8 only by clamping it under an
+    # accepted lower 16-bit plateau (at session 55's committed factors these rows end the step
+    # back at 0.95 with gemm8 left at the 0.575 it was clamped to on the way)
+    assert stepped["gemm8"] < 0.94
 
 
 def test_a_real_fit_is_the_same_with_two_processes(bundled_rows_by_generation):
