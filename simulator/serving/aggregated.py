@@ -74,6 +74,7 @@ import numpy as np
 from cost_models.inference_step import STEP_PARTS, step_time
 from cost_models.kv_cache import kv_bytes_per_request
 from cost_models.serving_memory import activation_bytes_per_gpu, kv_pool_bytes_per_gpu, weight_bytes_per_gpu
+from simulator.serving.rate_bisection import bisect_rate
 from simulator.serving.step_budget import budget_tokens_per_decode, decodes_per_step, prompt_step
 
 
@@ -128,8 +129,6 @@ def memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl, token_budget=None
             "kv_bytes_per_request": _f(per_request), "max_batch_per_rank": n_fit,
             "max_admitted_per_rank": np.maximum(n_admit, n_fit)}
 
-
-_BISECTION_STEPS = 40
 
 
 def queue_wait_s(u, service_s):
@@ -238,21 +237,18 @@ def _solve_loop(b, gen, t_d, own, service, w_p, sync, lead):
 
 
 def _loop_bisection(lo, hi, b, gen, t_d, own, service, w_p, sync, lead, others, cap):
-    """``_solve_loop``'s bisection: the rate x in [lo, hi] at which x (TTFT(x) + gen TPOT(x))
-    meets the ``b`` clients. ``loop(x, p90=False)``'s operations in the same order, so the same
-    numbers bit for bit, in place in preallocated arrays, without the 90th-percentile wait that
-    ``queue_wait_s`` also computes and the bisection never reads (its second clip to 0.999999
-    is a no-op after the first)."""
+    """``_solve_loop``'s bisection (``rate_bisection.bisect_rate``): the rate x in [lo, hi] at
+    which x (TTFT(x) + gen TPOT(x)) meets the ``b`` clients. ``loop(x, p90=False)``'s operations
+    in the same order, so the same numbers bit for bit, in place in preallocated arrays, without
+    the 90th-percentile wait that ``queue_wait_s`` also computes and the bisection never reads
+    (its second clip to 0.999999 is a no-op after the first)."""
     shape = np.broadcast_shapes(*(np.shape(v) for v in (lo, hi, b, gen, t_d, own, service, w_p, sync, lead,
                                                           others, cap)))
-    lo, hi = np.array(np.broadcast_to(lo, shape), dtype=float), np.array(np.broadcast_to(hi, shape), dtype=float)
     service = _f(service)
     lead_own = lead + own
-    mid, u, wait, work = np.empty(shape), np.empty(shape), np.empty(shape), np.empty(shape)
-    too_fast = np.empty(shape, dtype=bool)
-    for _ in range(_BISECTION_STEPS):
-        np.add(lo, hi, out=mid)
-        np.multiply(0.5, mid, out=mid)
+    u, work = np.empty(shape), np.empty(shape)
+
+    def in_flight_at(mid, wait):
         # TPOT: t_d / (1 - u others), u = min(x w_p, 0.999999)
         np.multiply(mid, w_p, out=u)
         np.minimum(u, 0.999999, out=u)
@@ -267,18 +263,15 @@ def _loop_bisection(lo, hi, b, gen, t_d, own, service, w_p, sync, lead, others, 
         np.divide(wait, work, out=wait)
         np.divide(wait, 2.0, out=wait)
         np.multiply(wait, service, out=wait)
-        # TTFT: lead + own + max(min(wq, cap), sync); too fast where x (TTFT + gen TPOT) > b
+        # TTFT: lead + own + max(min(wq, cap), sync); in flight: x (TTFT + gen TPOT)
         np.minimum(wait, cap, out=wait)
         np.maximum(wait, sync, out=wait)
         np.add(lead_own, wait, out=wait)
         np.multiply(gen, u, out=u)
         np.add(wait, u, out=wait)
         np.multiply(mid, wait, out=wait)
-        np.greater(wait, b, out=too_fast)
-        np.copyto(hi, mid, where=too_fast)
-        np.logical_not(too_fast, out=too_fast)
-        np.copyto(lo, mid, where=too_fast)
-    return 0.5 * (lo + hi)
+
+    return bisect_rate(lo, hi, b, shape, in_flight_at)
 
 
 def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):

@@ -36,9 +36,7 @@ from cost_models.inference_comm import kv_busiest_link_bytes, kv_peers, kv_trans
 from cost_models.inference_step import STEP_PARTS, step_time
 from cost_models.kv_cache import kv_bytes_per_token_model, kv_shards, linear_state_bytes_model
 from simulator.serving.aggregated import SYNC_P90, memory_columns, synchronised_wait_s
-
-#: bisection iterations for the closed-loop throughput (2^-40 relative precision)
-_BISECTION_STEPS = 40
+from simulator.serving.rate_bisection import bisect_rate
 
 
 def _f(x):
@@ -172,24 +170,20 @@ def kv_same_domain_share(prefill_gpus, decode_gpus, p_workers, d_workers, domain
 
 
 def _throughput_bisection(lo, hi, capacity, queue, cap, before_wait, sync, t_kv, decode_s, n_clients):
-    """The closed loop's request rate (``combine``): bisection in [lo, hi] for the rate x at which
-    x (TTFT(x) + decode) meets the clients, TTFT(x) the mean one (``_mdc_mean_wait_at`` of x /
-    capacity, at most ``cap``, at least ``sync``, after ``before_wait``, plus ``t_kv``).
+    """The closed loop's request rate (``combine``; ``rate_bisection.bisect_rate``): the rate x
+    in [lo, hi] at which x (TTFT(x) + decode) meets the clients, TTFT(x) the mean one
+    (``_mdc_mean_wait_at`` of x / capacity, at most ``cap``, at least ``sync``, after
+    ``before_wait``, plus ``t_kv``).
 
     The same operations in the same order as ``ttft_at``'s mean, so the same numbers bit for bit,
-    computed in place in a few preallocated arrays (a search sweeps tens of thousands of rows 40
-    times; fresh temporaries per operation cost as much as the arithmetic). The clip of the
-    waiting probability to [0, 1] is left out: rho in [0, 0.999999] to a power >= 1 (c >= 1)
-    already lies there, and NaN passes either way."""
+    in place. The clip of the waiting probability to [0, 1] is left out: rho in [0, 0.999999] to
+    a power >= 1 (c >= 1) already lies there, and NaN passes either way."""
     c, exponent, service_s = queue
     shape = np.broadcast_shapes(*(np.shape(v) for v in (lo, hi, capacity, c, exponent, service_s, cap,
                                                           before_wait, sync, t_kv, decode_s, n_clients)))
-    lo, hi = np.array(np.broadcast_to(lo, shape), dtype=float), np.array(np.broadcast_to(hi, shape), dtype=float)
-    mid, rho, wait = np.empty(shape), np.empty(shape), np.empty(shape)
-    too_fast = np.empty(shape, dtype=bool)
-    for _ in range(_BISECTION_STEPS):
-        np.add(lo, hi, out=mid)
-        np.multiply(0.5, mid, out=mid)
+    rho = np.empty(shape)
+
+    def in_flight_at(mid, wait):
         # _mdc_mean_wait_at(mid / capacity): rho clipped, p_wait = rho ** exponent, idle = c (1 - rho)
         np.divide(mid, capacity, out=rho)
         np.maximum(rho, 0.0, out=rho)
@@ -200,18 +194,15 @@ def _throughput_bisection(lo, hi, capacity, queue, cap, before_wait, sync, t_kv,
         np.divide(wait, rho, out=wait)
         np.multiply(wait, _MDC_SCV, out=wait)
         np.multiply(wait, service_s, out=wait)
-        # TTFT: before_wait + max(min(wq, cap), sync) + t_kv; too fast where x (TTFT + decode) > clients
+        # TTFT: before_wait + max(min(wq, cap), sync) + t_kv; in flight: x (TTFT + decode)
         np.minimum(wait, cap, out=wait)
         np.maximum(wait, sync, out=wait)
         np.add(before_wait, wait, out=wait)
         np.add(wait, t_kv, out=wait)
         np.add(wait, decode_s, out=wait)
         np.multiply(mid, wait, out=wait)
-        np.greater(wait, n_clients, out=too_fast)
-        np.copyto(hi, mid, where=too_fast)
-        np.logical_not(too_fast, out=too_fast)
-        np.copyto(lo, mid, where=too_fast)
-    return 0.5 * (lo + hi)
+
+    return bisect_rate(lo, hi, n_clients, shape, in_flight_at)
 
 
 def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_free=False) -> dict[str, np.ndarray]:
