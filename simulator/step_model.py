@@ -884,7 +884,14 @@ def first_last_stage_stride(stage_width, pp, gpus_per_node):
     (or, for w >= a domain, every pair) crosses domains, and the stride (above half a domain)
     says so."""
     w, pp = np.asarray(stage_width, dtype=float), np.asarray(pp, dtype=float)
-    return np.where(w * pp <= gpus_per_node, 1.0, w * (pp - 1.0))
+    return end_pair_stride(w * pp, w * (pp - 1.0), gpus_per_node)
+
+
+def end_pair_stride(group_ranks, ranks_apart, gpus_per_node):
+    """The stride to place a first-stage / last-stage rank pair on (``first_last_stage_stride``,
+    the pooled model's tied embedding): 1 where the pipeline's ``group_ranks`` fit in one scale-up
+    domain (every pair inside it), else the pair's ``ranks_apart`` (numpy-friendly)."""
+    return np.where(np.asarray(group_ranks) <= gpus_per_node, 1.0, np.asarray(ranks_apart, dtype=float))
 
 
 def dualpipe_pair_all_reduce_s(grad_bytes, ranks_apart, cluster: ClusterSpec, eff: EfficiencyModel):

@@ -75,7 +75,8 @@ from simulator.heterogeneous.plan import pool_dtype
 from simulator.heterogeneous.shares import speed_shares
 from simulator.heterogeneous.unit_costs import UnitCosts
 from simulator.parallel_config import ParallelConfig, Schedule
-from simulator.step_model import _overlapped, grad_collective_s, pipeline_bubble_s, tied_embedding_all_reduce_s
+from simulator.step_model import (_overlapped, end_pair_stride, grad_collective_s, pipeline_bubble_s,
+                                  tied_embedding_all_reduce_s)
 from simulator.step_model import (DENSE_LAYER_PARAM_TENSORS, adam_step_bytes_per_param, ends_accumulation_s,
                                   unfused_accumulation_s)
 
@@ -505,8 +506,7 @@ def tied_embedding_s(model: ModelSpec, cluster: PooledCluster, effs, grad_reduce
         rows = split & (a == pa) & (b == pb)
         if pa == pb:
             one = cluster.pools[pa].cluster
-            # a group inside one node reduces the pair there (step_model.first_last_stage_stride)
-            stride = np.where(width[rows] <= one.gpus_per_node, 1.0, apart[rows])
+            stride = end_pair_stride(width[rows], apart[rows], one.gpus_per_node)
             out[rows] = tied_embedding_all_reduce_s(model, pair_tp[rows], grad_reduce_bytes, stride, one, effs[pa])
         else:
             path = pool_links.path_cluster(cluster, effs, pa, pb)
