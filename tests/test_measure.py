@@ -22,9 +22,10 @@ shows up there, on every machine.
 Rows during which a rank's compute thread waited more than ``LOADED`` of the time for a CPU
 another process held say nothing about the simulator (shared machines): they are not judged.
 Rows during which other processes or the hypervisor (steal) kept more than ``LOADED`` of the
-cores busy are not judged either. Rows that one round puts outside a bound, then loaded rows, are
-measured again, one round at a time, up to ``MAX_ROUNDS`` while the budget lasts, and judged on
-their fastest quiet round. A contended calibration, or two loaded rows in a row before any quiet
+cores busy are not judged either. Rows that one round puts outside a bound, then both rows of a
+pair whose predicted ratio misses (one round of each in turn, a round of them kept in reserve of
+the budget), then loaded rows, are measured again, one round at a time, up to ``MAX_ROUNDS`` while
+the budget lasts, and judged on their fastest quiet round. A contended calibration, or two loaded rows in a row before any quiet
 one, skip the measured tests there and then, not minutes later.
 
 Refresh the baseline after a deliberate change to the simulator, the cost models or the
@@ -162,20 +163,34 @@ def _share(x) -> str:
     return "?" if x is None or x != x else f"{x:.0%}"
 
 
-def _suspect(df):
-    """Rows a single round cannot vouch for, the ones a re-measurement helps most first: quiet
-    rows outside the bound or drifted (a verdict hangs on them), then loaded rows (no verdict),
-    then quiet rows off by more than ``MEAN_ERROR_BOUND``, then, when the quiet rows' mean is
-    above its bound, the rest of them (these two tiers largest error first)."""
+def _off_rows(df) -> list[str]:
+    """Quiet rows outside the bound or drifted from the committed baseline on their own."""
     base = _baseline_errors()
     drift = (df["rel_error"] - df["name"].map(base)).abs().fillna(0.0)
     off = (df["rel_error"].abs() > ERROR_BOUND) | (drift > DRIFT_MARGIN)
-    loaded = _loaded(df)
-    suspects = list(df.loc[off & ~loaded, "name"]) + list(df.loc[loaded, "name"])
-    # then both rows of a pair whose predicted ratio misses the measured one (a verdict hangs on
-    # them too; after the rows off on their own, whose re-measurement may mend the pair)
-    missed = [n for line in _ratio_misses(df[~loaded]) for n in line.split(":", 1)[0].split("/")]
+    return list(df.loc[off & ~_loaded(df), "name"])
+
+
+def _missed_pairs(df) -> list[tuple[str, ...]]:
+    """(layout, reference) of each ratio pair whose predicted ratio misses the measured one on
+    ``df``'s quiet rows (``_ratio_misses``)."""
+    return [tuple(line.split(":", 1)[0].split("/")) for line in _ratio_misses(df[~_loaded(df)])]
+
+
+def _suspect(df):
+    """Rows a single round cannot vouch for, the ones a re-measurement helps most first: quiet
+    rows outside the bound or drifted (a verdict hangs on them), then both rows of a pair whose
+    predicted ratio misses the measured one (a verdict hangs on them too), then loaded rows (no
+    verdict), then quiet rows off by more than ``MEAN_ERROR_BOUND``, then, when the quiet rows'
+    mean is above its bound, the rest of them (these two tiers largest error first)."""
+    suspects = _off_rows(df)
+    # after the rows off on their own, whose re-measurement may mend the pair, and before the
+    # loaded rows: a loaded row is only left unjudged, a missed ratio fails the test (CI,
+    # 2026-12-06: tp2-recompute/tp2 measured 1.662 on one slow round, 1.288 on the rerun)
+    missed = [n for pair in _missed_pairs(df) for n in pair]
     suspects += [n for n in dict.fromkeys(missed) if n not in suspects]
+    loaded = _loaded(df)
+    suspects += [n for n in df.loc[loaded, "name"] if n not in suspects]
     quiet = df[~loaded]
     by_error = quiet.assign(e=quiet["rel_error"].abs()).sort_values("e", ascending=False)
     # quiet rows off by more than the mean's bound, largest first: one slow round puts a row there
@@ -211,7 +226,11 @@ def measure_set(directory: Path, calibration: Path | None = None, deadline: floa
     outside the bound or the drift margin, is measured again, one round at a time up to
     ``MAX_ROUNDS`` rounds, and judged on its fastest quiet round (one round on this VM moves a row
     by up to ~0.3; a real cost-model mistake moves it by more than 1), as long as each
-    re-measurement ends before ``deadline`` (``time.monotonic()`` seconds; None: no limit).
+    re-measurement ends before ``deadline`` (``time.monotonic()`` seconds; None: no limit). Both
+    rows of a pair whose predicted ratio misses the measured one are measured again together, one
+    round of each in turn, before loaded rows, and one such round of a missed pair is kept in
+    reserve while any other row is measured again, so a ratio is never judged on one slow round
+    for want of budget.
     """
     import time
 
@@ -232,25 +251,49 @@ def measure_set(directory: Path, calibration: Path | None = None, deadline: floa
     df = pd.concat(rows, ignore_index=True)
     df["rounds"] = 1
     per_config = dict(zip([c["name"] for c in configs], seconds))
-    for name in _suspect(df):
+    at = {name: df.index[df["name"] == name][0] for name in df["name"]}
+
+    def again(name: str) -> None:
+        """One more round of ``name``; its fastest quiet round stands, as the calibration keeps
+        each benchmark's best: other tenants only ever slow a round down."""
+        i, t0 = at[name], time.monotonic()
         cfg = next(c for c in configs if c["name"] == name)
-        i = df.index[df["name"] == name][0]
-        while df.loc[i, "rounds"] < MAX_ROUNDS and name in _suspect(df):
-            if deadline is not None and time.monotonic() + per_config[name] > deadline:
+        row = compare_measured(cluster, configs=[cfg], steps=STEPS, warmup=WARMUP).iloc[0]
+        per_config[name] = max(per_config[name], time.monotonic() - t0)
+        rounds = df.loc[i, "rounds"] + 1
+        df.loc[i, "rounds"] = rounds
+        if _loaded(row.to_frame().T).iloc[0]:
+            return                           # a loaded round is no evidence either way
+        if _loaded(df.loc[[i]]).iloc[0] or row["measured_step_s"] < df.loc[i, "measured_step_s"]:
+            shared = [c for c in row.index if c in df.columns]
+            df.loc[i, shared] = row[shared].values
+            df.loc[i, "rounds"] = rounds
+
+    def fits(names, reserve_s: float = 0.0) -> bool:
+        return deadline is None or time.monotonic() + sum(per_config[n] for n in names) + reserve_s <= deadline
+
+    while True:
+        # re-judged after every round: a re-measurement may mend a row, a pair, or the mean
+        open_rows = [n for n in _suspect(df) if df.loc[at[n], "rounds"] < MAX_ROUNDS]
+        off = _off_rows(df)
+        pairs = [[n for n in pair if df.loc[at[n], "rounds"] < MAX_ROUNDS] for pair in _missed_pairs(df)]
+        pairs = [pair for pair in pairs if pair]
+        chosen = None
+        for name in open_rows:
+            # a row off on its own is measured alone (its own round may mend its pair); a row of a
+            # missed pair that is not, with its partner: one round of each, interleaved, so that
+            # one slow round of either row, or a slow stretch of the host, cannot decide the ratio
+            group = [name] if name in off else next((p for p in pairs if name in p), [name])
+            # one round of each missed pair's rows stays in reserve while anything else is
+            # measured again: the budget never runs out on a loaded row while a ratio misses
+            reserve_s = sum(per_config[n] for p in pairs if not set(p) & set(group) for n in p)
+            if fits(group, reserve_s):
+                chosen = group
                 break
-            t0 = time.monotonic()
-            again = compare_measured(cluster, configs=[cfg], steps=STEPS, warmup=WARMUP).iloc[0]
-            per_config[name] = max(per_config[name], time.monotonic() - t0)
-            df.loc[i, "rounds"] += 1
-            if _loaded(again.to_frame().T).iloc[0]:
-                continue                     # a loaded round is no evidence either way
-            if _loaded(df.loc[[i]]).iloc[0] or again["measured_step_s"] < df.loc[i, "measured_step_s"]:
-                # the fastest quiet round stands, as the calibration keeps each benchmark's best:
-                # other tenants only ever slow a round down
-                rounds = df.loc[i, "rounds"]
-                shared = [c for c in again.index if c in df.columns]
-                df.loc[i, shared] = again[shared].values
-                df.loc[i, "rounds"] = rounds
+        if chosen is None:
+            break
+        for name in chosen:
+            again(name)
     df["machine"] = machine_fingerprint(device_kind="cuda" if torch.cuda.is_available() else "cpu")
     df.attrs["calibration"] = cluster
     return df
@@ -556,6 +599,78 @@ def test_a_round_the_hypervisor_or_other_processes_slowed_is_loaded_even_without
     import pandas as pd
     df = pd.DataFrame({"cpu_wait_fraction": [0.02, 0.02, 0.30, None], "foreign_load": [0.0, 0.40, 0.0, None]})
     assert list(_loaded(df)) == [False, True, True, False]
+
+
+def _scripted_measure_set(monkeypatch, tmp_path, script, predicted, deadline_after_s=None, step_s=7.0):
+    """``measure_set`` over scripted rounds ((measured seconds, CPU wait) per call of each layout),
+    on a clock that advances ``step_s`` per measurement; the deadline ``deadline_after_s`` after
+    the start (None: no limit). Returns (rows, layouts in the order measured)."""
+    import time
+
+    import pandas as pd
+    module = sys.modules[__name__]
+    clock, calls = [1000.0], []
+
+    def fake_compare(cluster, configs, steps, warmup):
+        name = configs[0]["name"]
+        measured, wait = script[name][sum(c == name for c in calls)]
+        calls.append(name)
+        clock[0] += step_s
+        return pd.DataFrame([{"name": name, "measured_step_s": measured, "predicted_step_s": predicted[name],
+                              "rel_error": (predicted[name] - measured) / measured,
+                              "cpu_wait_fraction": wait, "foreign_load": 0.0}])
+
+    monkeypatch.setattr(module, "compare_measured", fake_compare)
+    monkeypatch.setattr(module, "_baseline_errors", lambda: {})
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    deadline = None if deadline_after_s is None else clock[0] + deadline_after_s
+    df = measure_set(tmp_path, calibration=tmp_path / "c.yaml", deadline=deadline, stop_when_busy=True)
+    return df, calls
+
+
+#: this VM's step times (quiet rounds) and a simulator that predicts them: tp2-recompute / tp2
+#: measured 0.224 / 0.172 = 1.302, predicted 0.2214 / 0.172 = 1.287 (-1.2%, tolerance 18.1%)
+_PREDICTED = {"dp2-zero1": 0.165, "tp2": 0.172, "tp2-recompute": 0.2214, "pp2-mb1x4": 0.172}
+
+
+def test_a_ratio_missed_on_one_slow_round_is_measured_again_before_a_loaded_row_spends_the_budget(monkeypatch,
+                                                                                                    tmp_path):
+    """No measurement: CI's failure of 2026-12-06. One slow round of tp2-recompute (0.2859 s, -22.6%:
+    within the row bound) puts tp2-recompute/tp2 at 1.662 against the predicted 1.287 (-22.6%,
+    tolerance 18.1%), and pp2-mb1x4's round is loaded. The budget has room for two more rounds
+    (7 s each, 17 s left after the first four). They went to the loaded row (no verdict), and the
+    ratio failed the test on its one slow round; now both rows of the pair are measured again,
+    one round each, the pair mends (0.224 / 0.172 = 1.302) and the test passes."""
+    script = {"dp2-zero1": [(0.160, 0.03)], "tp2": [(0.172, 0.03), (0.175, 0.03)],
+              "tp2-recompute": [(0.2859, 0.05), (0.224, 0.04)], "pp2-mb1x4": [(0.183, 0.30)] * 3}
+    df, calls = _scripted_measure_set(monkeypatch, tmp_path, script, _PREDICTED, deadline_after_s=4 * 7 + 17)
+    assert calls == ["dp2-zero1", "tp2", "tp2-recompute", "pp2-mb1x4", "tp2-recompute", "tp2"]
+    rows = df.set_index("name")
+    assert rows.loc["tp2-recompute", "measured_step_s"] == 0.224 and rows.loc["tp2", "measured_step_s"] == 0.172
+    assert _ratio_misses(_quiet_rows(df)) == []
+    test_measured_step_time_prediction_error_is_within_bound(df)          # passes: no AssertionError
+
+
+@pytest.mark.parametrize("wrong, predicted, says", [
+    # tp2-recompute predicted 2x what this VM measures: off on its own (+98%) and in its ratio
+    ("2x", dict(_PREDICTED, **{"tp2-recompute": 2 * 0.2214}), "prediction error above"),
+    # a simulator blind to recomputation: tp2-recompute predicted as tp2 (ratio 1 against 1.30,
+    # -23%), each row within the per-row bound
+    ("blind to recompute", dict(_PREDICTED, **{"tp2-recompute": 0.172}), "predicted ratio"),
+])
+def test_a_wrong_prediction_still_fails_after_every_re_measurement(monkeypatch, tmp_path, wrong, predicted, says):
+    """No measurement: re-measuring cannot mend a wrong cost model. With the budget unlimited, the
+    rows of the missed pair get ``MAX_ROUNDS`` rounds each, every one quiet and close to this VM's
+    speed, and the live test still fails."""
+    script = {"dp2-zero1": [(0.160, 0.03)] * 3, "tp2": [(0.172, 0.03), (0.175, 0.03), (0.171, 0.03)],
+              "tp2-recompute": [(0.2859, 0.05), (0.224, 0.04), (0.226, 0.04)], "pp2-mb1x4": [(0.183, 0.03)] * 3}
+    df, calls = _scripted_measure_set(monkeypatch, tmp_path, script, predicted)
+    rows = df.set_index("name")
+    assert rows.loc["tp2-recompute", "rounds"] == MAX_ROUNDS and rows.loc["tp2", "rounds"] == MAX_ROUNDS
+    assert rows.loc["tp2-recompute", "measured_step_s"] == 0.224 and rows.loc["tp2", "measured_step_s"] == 0.171
+    with pytest.raises(AssertionError, match=says):
+        test_measured_step_time_prediction_error_is_within_bound(df)
+
 
 if __name__ == "__main__":      # spawned ranks re-import this file: keep the work behind main
     if "--refresh-baseline" in sys.argv:
