@@ -95,7 +95,19 @@ def _classes(p: Pipelines):
 def _memory_caps(model: ModelSpec, cluster: PooledCluster, settings: ParallelConfig, units: UnitCosts,
                  p: Pipelines, cl, zero_of_plan, memory_limit_bytes) -> np.ndarray:
     """(C, 3S) the most layers each class's stages hold within their pool's memory limit (0 for
-    unused classes): a stage's memory is linear in its layers."""
+    unused classes, and for those whose stages cannot hold one layer), at most the model's
+    layers: ``_exact_caps`` of the stage memory ``compose`` prices (``stage_memory_parts``)."""
+    used = cl["mult"] > 0
+    mem = _class_bytes(model, cluster, settings, units, p, cl, zero_of_plan)
+    limit = np.asarray(memory_limit_bytes, dtype=float)[np.where(used, cl["pool"], 0)]
+    return np.where(used, _exact_caps(mem, limit, model.num_layers), 0.0)
+
+
+def _class_bytes(model: ModelSpec, cluster: PooledCluster, settings: ParallelConfig, units: UnitCosts,
+                 p: Pipelines, cl, zero_of_plan):
+    """The bytes per GPU of each class's stages as a function of their layers (a number or a
+    (C, 3S) array; ``_stage_bytes``), with ``pp`` micro-batches per replica where the shares
+    set them."""
     C = len(p)
     P = int(p.plan.max()) + 1 if C else 0
     K = cl["mult"].shape[1]
@@ -122,9 +134,40 @@ def _memory_caps(model: ModelSpec, cluster: PooledCluster, settings: ParallelCon
         return _stage_bytes(model, settings, nl, first, last, pp_b, tp, zero, Dg, mbs, rc, layer_act, full_act,
                             in_flight, reserved)
 
-    m0, m1 = mem(0.0), mem(1.0)
-    limit = np.asarray(memory_limit_bytes, dtype=float)[pool]
-    return np.where(used, np.floor(_layers_within(limit - m0, m1 - m0)), 0.0)
+    return mem
+
+
+def _affine_from_one(m1, m2):
+    """The line through a stage's bytes at 1 and 2 layers: (bytes at 0 layers on it, bytes per
+    layer). A stage's memory is affine in its layers from 1 layer on, not from 0: its first
+    layer also brings the one-time recomputation buffer (``stage_memory_parts``: ``full_act -
+    layer_act``, nothing at 0 layers), so the line through 0 and 1 layers is too steep."""
+    per_layer = m2 - m1
+    return m1 - per_layer, per_layer
+
+
+def _exact_caps(mem, limit, num_layers: int) -> np.ndarray:
+    """The most layers n in 0..``num_layers`` with ``mem(n) <= limit`` (0: not even one), per
+    element; ``mem(n)`` is bytes at n layers (vectorised, non-decreasing in n). The line of
+    ``_affine_from_one`` gives n, then n is checked against ``mem`` at n and n + 1; where either
+    check fails (a non-linearity or rounding), a bisection on ``mem`` over 0..``num_layers``
+    replaces it, so the cap is exact for ``mem`` whatever its shape."""
+    L = float(num_layers)
+    limit = np.asarray(limit, dtype=float)
+    at_zero, per_layer = _affine_from_one(mem(1.0), mem(2.0))
+    n = np.clip(np.floor(_layers_within(limit - at_zero, per_layer)), 0.0, L)
+    n = np.where(np.isnan(n), 0.0, n)
+    fits_n = (n == 0) | (mem(n) <= limit)
+    over_next = (n == L) | (mem(np.minimum(n + 1, L)) > limit)
+    bad = ~(fits_n & over_next)
+    # invariant: lo fits (or is 0), hi does not (or is L + 1); rows already checked are settled
+    lo = np.where(bad, 0.0, n)
+    hi = np.where(bad, L + 1, n + 1)
+    while (hi - lo > 1).any():
+        mid = np.floor((lo + hi) / 2)
+        ok = mem(np.minimum(mid, L)) <= limit
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    return lo
 
 
 def _stage_bytes(model: ModelSpec, settings: ParallelConfig, layers, first, last, pp, tp, zero, dp_shard, micro_batch,
@@ -138,8 +181,9 @@ def _stage_bytes(model: ModelSpec, settings: ParallelConfig, layers, first, last
 
 
 def _layers_within(free_bytes, layer_bytes) -> np.ndarray:
-    """The layers ``free_bytes`` hold at ``layer_bytes`` each, before the floor (a stage's memory
-    is linear in its layers; a layer of no bytes counts 1e-9 B, so the cap is finite)."""
+    """The layers ``free_bytes`` hold at ``layer_bytes`` each, before the floor (``free_bytes``
+    measured from the stage's bytes at 0 layers on its ``_affine_from_one`` line; a layer of no
+    bytes counts 1e-9 B, so the count is finite)."""
     return free_bytes / np.maximum(layer_bytes, 1e-9)
 
 
@@ -162,7 +206,8 @@ class CapBound:
 def layer_cap_bound(model: ModelSpec, cluster: PooledCluster, settings: ParallelConfig, units: UnitCosts,
                     zero_stage: int, dp_shard: float, memory_limit_bytes) -> CapBound:
     """Per layer key, an upper bound on the layers one stage of it holds within its pool's
-    memory limit (``_memory_caps``' cap before its floor), by micro-batches in flight: the stage
+    memory limit (``_memory_caps``' cap before its floor, on the ``_affine_from_one`` line: the
+    stage's bytes are affine in its layers from one layer on), by micro-batches in flight: the stage
     at its lightest otherwise, with no embedding or LM head and its optimizer states sharded by
     ZeRO ``zero_stage`` over ``dp_shard`` replicas (at least a plan's). A stage's memory only
     grows with each of those, so a pipeline whose stages of a key cannot hold its layers at
@@ -177,9 +222,11 @@ def layer_cap_bound(model: ModelSpec, cluster: PooledCluster, settings: Parallel
         return _stage_bytes(model, settings, nl, 0.0, none, 1.0, tp, zero_stage, dp_shard, mbs, units.recompute,
                             layer_act, full_act, in_flight, reserved)
 
-    m0, m1, m2 = mem(0.0, 1.0), mem(1.0, 1.0), mem(1.0, 2.0)
+    m1, m2, m1_twice = mem(1.0, 1.0), mem(2.0, 1.0), mem(1.0, 2.0)
+    at_zero, per_layer = _affine_from_one(m1, m2)
     limit = np.asarray(memory_limit_bytes, dtype=float)[units.pool]
-    return CapBound(free_bytes=limit - m0, layer_bytes=m1 - m0, in_flight_bytes=np.maximum(m2 - m1, 0.0))
+    return CapBound(free_bytes=limit - at_zero, layer_bytes=per_layer,
+                    in_flight_bytes=np.maximum(m1_twice - m1, 0.0))
 
 
 def might_fit(p: Pipelines, bound: CapBound, settings: ParallelConfig, num_layers: int) -> np.ndarray:
