@@ -49,6 +49,7 @@ from copy import deepcopy
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from hardware_specs.cluster_spec import (HOST_LINKS, MAX_HOST_MEMORY_BYTES, MAX_LATENCY_S, NETWORK_KINDS, ClusterSpec,
@@ -711,31 +712,58 @@ def release_match_for(framework: str, version: Any = None) -> ReleaseMatch:
     ``default_when_version_unstated``. Raises ``InputError`` naming ``framework`` or
     ``framework_version`` (with the known values) when nothing matches.
     """
-    # the catalog's folder listed once, not once per stack (validation asks for every row)
+    # the catalog's folder listed once, not once per stack (validation asks for every row); each
+    # file's mtime still read per call, so an edited stack file is seen at once
     entries = _entries("stacks")
-    stacks = [_load_stack_cached(str(p), p.stat().st_mtime) for p in (entries[n] for n in sorted(entries))]
+    stamped = tuple((str(p), p.stat().st_mtime) for p in (entries[n] for n in sorted(entries)))
     if _unstated(framework):
+        stacks = _stacks_indexed(stamped)[0]
         raise InputError("framework", "not stated, so no software stack applies",
                          "name one of: " + ", ".join(sorted({s.framework for s in stacks})))
     fw = str(framework).strip().lower()
-    mine = [s for s in stacks if _framework_key(s.framework) == _framework_key(fw)]
+    key = None if _unstated(version) else str(version).strip()
+    match = _release_match_cached(stamped, fw, key)
+    if match is not None:
+        return match
+    stacks, by_framework = _stacks_indexed(stamped)
+    mine = by_framework.get(_framework_key(fw), ())
     if not mine:
         raise InputError("framework", f"no software stack for framework {framework!r}",
                          suggest(fw, sorted({s.framework for s in stacks})))
-    if _unstated(version):
-        chosen = [s for s in mine if s.default_when_version_unstated]
-        if len(chosen) == 1:
-            return ReleaseMatch(chosen[0])
-        known = sorted({v for s in mine for v in s.versions})
+    known = sorted({v for s in mine for v in s.versions})
+    if key is None:
         raise InputError("framework_version", f"{framework} needs a version (its stacks differ by release)",
                          "known: " + ", ".join(known))
-    key = str(version).strip()
-    match = match_release(mine, fw, key)
-    if match is not None:
-        return match
-    known = sorted({v for s in mine for v in s.versions})
     raise InputError("framework_version", f"no {framework} stack for version {key!r}",
                      "known: " + ", ".join(known))
+
+
+@lru_cache(maxsize=16)
+def _stacks_indexed(stamped: tuple[tuple[str, float], ...]) -> tuple[tuple[StackSpec, ...], MappingProxyType]:
+    """The catalog's stacks (``stamped``: (path, mtime) in name order) and, read-only, each
+    framework key (``_framework_key``) -> its stacks in that order: built once per catalog state
+    rather than once per ``release_match_for`` call (validation asks for every row)."""
+    stacks = tuple(_load_stack_cached(path, mtime) for path, mtime in stamped)
+    by_framework: dict[str, tuple[StackSpec, ...]] = {}
+    for s in stacks:
+        k = _framework_key(s.framework)
+        by_framework[k] = by_framework.get(k, ()) + (s,)
+    return stacks, MappingProxyType(by_framework)
+
+
+@lru_cache(maxsize=4096)
+def _release_match_cached(stamped: tuple[tuple[str, float], ...], fw: str, key: str | None) -> ReleaseMatch | None:
+    """``release_match_for``'s answer for framework ``fw`` (stripped, lower case) at release
+    ``key`` (stripped; ``None``: not stated) in the catalog state ``stamped``; ``None`` where
+    nothing matches (the caller raises the error). A pure function of its arguments (the stack
+    files' contents are keyed by their mtimes), so memoised."""
+    mine = _stacks_indexed(stamped)[1].get(_framework_key(fw), ())
+    if not mine:
+        return None
+    if key is None:
+        chosen = [s for s in mine if s.default_when_version_unstated]
+        return ReleaseMatch(chosen[0]) if len(chosen) == 1 else None
+    return match_release(list(mine), fw, key)
 
 
 def efficiency_for(gpu: GPUSpec) -> EfficiencyModel:
