@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from paraplan.validation.csv_structure import id_text
 from paraplan.validation.flops_conventions import CONVENTIONS
 from paraplan.validation.published import RowInputs, Skip, row_inputs, run_conventions, source_of
 from simulator.config_batch import ConfigBatch
-from simulator.step_model import evaluate
+from simulator.step_model import evaluate, memory_parts
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,28 @@ class Prepared:
     @property
     def generations(self) -> np.ndarray:
         return np.array([i.cluster.gpu.generation for i in self.inputs])
+
+    @cached_property
+    def _group_memory(self) -> dict:
+        """{group index: ``step_model.memory_parts`` of the group's rows, arrays read-only},
+        filled by ``predict`` on first use: a row's memory does not depend on the efficiency
+        model (``memory_rows.row_terms`` reads only the dtype's activation bytes from it), so the
+        fitter's thousands of ``predict`` calls on the same rows compute it once. Held by this
+        object alone (``subset`` makes a new one), not module state."""
+        return {}
+
+    def group_memory(self, g: int, eff) -> dict:
+        """``memory_parts`` of group ``g`` (memoised, ``_group_memory``; ``eff``: the efficiency
+        model of the first call, which the memory does not read beyond the dtype)."""
+        memo = self._group_memory
+        if g not in memo:
+            model, cluster, batch, _ = self.groups[g]
+            parts = memory_parts(model, cluster, eff, batch)
+            for v in parts.values():
+                if isinstance(v, np.ndarray):
+                    v.flags.writeable = False      # shared by every later call: never written
+            memo[g] = parts
+        return memo[g]
 
 
 
@@ -195,13 +218,13 @@ def predict(prepared: Prepared, efficiency_by_generation=None, with_outputs: boo
     layer = np.zeros(n)
     fits = np.zeros(n, dtype=bool)
     fitted = np.zeros(n, dtype=bool)
-    for model, cluster, batch, idx in prepared.groups:
+    for g, (model, cluster, batch, idx) in enumerate(prepared.groups):
         eff = None
         if efficiency_by_generation is not None:
             eff = efficiency_by_generation.get(cluster.gpu.generation)
         if eff is None:
             eff = efficiency_for_cluster(cluster)
-        out = evaluate(model, cluster, eff, batch)
+        out = evaluate(model, cluster, eff, batch, memory_by_part=prepared.group_memory(g, eff))
         step[idx] = out["step_time_s"]
         layer[idx] = out["layer_fwd_s"] + out["layer_bwd_s"] + out["layer_recompute_s"]
         fits[idx] = out["fits"]
