@@ -15,6 +15,8 @@ import csv
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
 
 from hardware_specs.stack_spec import StackSpec, model_key
 
@@ -117,7 +119,17 @@ def presets_for(stack: StackSpec, model_name: str, gpu: str) -> tuple[Preset, ..
     if stack.framework != PRESET_FRAMEWORK:
         return ()
     versions, key, gpu = set(stack.versions), model_key(model_name), str(gpu).lower()
-    return tuple(p for p in all_presets() if p.container in versions and p.model == key and p.gpu == gpu)
+    return tuple(p for p in _presets_by_model_gpu().get((key, gpu), ()) if p.container in versions)
+
+
+@lru_cache(maxsize=1)
+def _presets_by_model_gpu() -> Mapping[tuple[str, str], tuple[Preset, ...]]:
+    """``all_presets`` by (model key, GPU kind), each in file order, read-only: built once
+    rather than scanning every preset per call (validation asks for every row)."""
+    out: dict[tuple[str, str], tuple[Preset, ...]] = {}
+    for p in all_presets():
+        out[(p.model, p.gpu)] = out.get((p.model, p.gpu), ()) + (p,)
+    return MappingProxyType(out)
 
 
 def precision_of_layout(stack: StackSpec, model_name: str, gpu: str, layout: Layout) -> tuple[set, tuple]:
