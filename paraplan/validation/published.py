@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -344,26 +345,27 @@ def row_cluster(gpu: str, gpus_per_node=None, scaleout_gbps_per_gpu=None, system
     system of its GPU kind (``SYSTEM_FOR_GPU``, else a generic node of its generation), with the
     row's GPUs per node (NVLink domain) and scale-out bandwidth per GPU (Gb/s, one direction)
     where it states them."""
-    key = (gpu, gpus_per_node, scaleout_gbps_per_gpu, system)
-    if key not in _CLUSTERS:
-        if system is not None:
-            base = load_cluster(system)
-        else:
-            base = load_cluster(SYSTEM_FOR_GPU[gpu]) if gpu in SYSTEM_FOR_GPU else generic_cluster(gpu)
-        cluster = base
-        if gpus_per_node is not None or scaleout_gbps_per_gpu is not None:
-            out = base.scaleout
-            if scaleout_gbps_per_gpu is not None:
-                # the row's own links: a communicator bandwidth measured on the preset's goes
-                out = replace(out, bw_bytes_per_s=scaleout_gbps_per_gpu * 1e9 / 8, communicator_bus_bw_bytes_per_s=None)
-            per_node = int(gpus_per_node) if gpus_per_node is not None else base.gpus_per_node
-            cluster = replace(base, name=f"{base.name}[{per_node}/node,{out.bw_bytes_per_s * 8 / 1e9:g}Gb/s]",
-                              gpus_per_node=per_node, scaleout=out)
-        _CLUSTERS[key] = cluster
-    return _CLUSTERS[key]
+    return _row_cluster(gpu, gpus_per_node, scaleout_gbps_per_gpu, system)
 
 
-_CLUSTERS: dict = {}
+@lru_cache(maxsize=256)
+def _row_cluster(gpu: str, gpus_per_node, scaleout_gbps_per_gpu, system) -> ClusterSpec:
+    """``row_cluster``, memoised on its (hashable, immutable) arguments: a published file names a
+    few dozen distinct clusters over its thousand rows (no module-level dict that only grows)."""
+    if system is not None:
+        base = load_cluster(system)
+    else:
+        base = load_cluster(SYSTEM_FOR_GPU[gpu]) if gpu in SYSTEM_FOR_GPU else generic_cluster(gpu)
+    cluster = base
+    if gpus_per_node is not None or scaleout_gbps_per_gpu is not None:
+        out = base.scaleout
+        if scaleout_gbps_per_gpu is not None:
+            # the row's own links: a communicator bandwidth measured on the preset's goes
+            out = replace(out, bw_bytes_per_s=scaleout_gbps_per_gpu * 1e9 / 8, communicator_bus_bw_bytes_per_s=None)
+        per_node = int(gpus_per_node) if gpus_per_node is not None else base.gpus_per_node
+        cluster = replace(base, name=f"{base.name}[{per_node}/node,{out.bw_bytes_per_s * 8 / 1e9:g}Gb/s]",
+                          gpus_per_node=per_node, scaleout=out)
+    return cluster
 
 
 def _row_stack(row, assumptions):
