@@ -23,10 +23,18 @@ def results(rows):
 
 
 @pytest.fixture(scope="module")
-def bundled_ids():
+def bundled():
+    """(the bundled rows, ``prepare`` of them): read and prepared once for the module (four tests
+    read them; none writes to either)."""
+    frame = read_rows(BUNDLED_DIR / SERVING_RUNS)
+    return frame, prepare(frame)
+
+
+@pytest.fixture(scope="module")
+def bundled_ids(bundled):
     """Ids of the bundled rows: the rows a count or a recorded number was taken on (the shared
     file the tests read gains rows between sessions; ``test_bundled_data`` keeps these unchanged)."""
-    return set(read_rows(BUNDLED_DIR / SERVING_RUNS).id)
+    return set(bundled[0].id)
 
 
 def _mean_abs_pct(results, rows, metric, **where):
@@ -306,15 +314,14 @@ def test_the_search_restarts_from_the_point_found_while_a_restart_still_gains(mo
 
 
 @pytest.mark.parametrize("generation", ["hopper", "blackwell"])
-def test_committed_serving_factors_give_the_in_sample_errors_their_fit_recorded(generation):
+def test_committed_serving_factors_give_the_in_sample_errors_their_fit_recorded(generation, bundled):
     # the committed factors are what the committed fitter returned: evaluated on the bundled rows
     # by the fitter's own error function, they give the errors written into ``fitted_on`` when
     # they were fitted (a code change that moves the predictions without a refit fails here)
     import re
     from hardware_specs.catalog import load_serving_efficiency
     from paraplan.validation.serving_fit import _summary, errors, generation_rows
-    bundled = read_rows(BUNDLED_DIR / SERVING_RUNS)
-    prep = prepare(bundled)
+    bundled, prep = bundled
     profile = load_serving_efficiency(generation)
     recorded = re.search(r"in-sample (TTFT mean \|err\| [^;\"]*)", profile.fitted_on).group(1)
     _, rel_ttft, rel_tpot = errors(prep, bundled["silicon_ttft_ms"].to_numpy(dtype=float),
@@ -324,12 +331,11 @@ def test_committed_serving_factors_give_the_in_sample_errors_their_fit_recorded(
 
 
 @pytest.mark.parametrize("generation", ["hopper", "blackwell"])
-def test_the_committed_profile_records_the_longest_prompt_it_was_fitted_on(generation):
+def test_the_committed_profile_records_the_longest_prompt_it_was_fitted_on(generation, bundled):
     # what the fitter writes: the largest isl among the bundled rows the generation was fitted on
     from hardware_specs.catalog import load_serving_efficiency
     from paraplan.validation.serving_fit import generation_rows
-    bundled = read_rows(BUNDLED_DIR / SERVING_RUNS)
-    prep = prepare(bundled)
+    bundled, prep = bundled
     isl = pd.to_numeric(bundled["isl"]).to_numpy(dtype=float)[generation_rows(prep, generation)]
     assert load_serving_efficiency(generation).fitted_isl_max_tokens == isl.max() == 8192
 
