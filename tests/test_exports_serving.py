@@ -266,6 +266,14 @@ def test_matrix_exports_are_the_commands_the_real_parsers_accepted_and_mean_the_
             # vLLM counts graph sizes in tokens: the priced batch x (1 + the drafts a request verifies)
             assert f["max_model_len"] == 2048 + 256
             assert f["max_cudagraph_capture_size"] == ctx.behaviour.cuda_graph_max_batch * (1 + ctx.speculative_tokens)
+            # the drafts the plan priced: K tokens from the model's MTP module or an EAGLE-3 head
+            spec = f["speculative_config"]
+            if ctx.speculative_tokens == 0:
+                assert spec is None
+            else:
+                assert spec["num_speculative_tokens"] == ctx.speculative_tokens
+                assert spec["method"] == ("mtp" if ctx.draft_model == "mtp" else "eagle3")
+                assert (spec.get("model") is None) == (ctx.draft_model == "mtp")
             if w.hosts > 1:       # the data-parallel ranks split over the hosts, the first host the head
                 assert f["data_parallel_size_local"] * w.hosts == w.adp and f["data_parallel_address"] == "10.0.0.1"
         else:
@@ -286,6 +294,21 @@ def test_matrix_exports_are_the_commands_the_real_parsers_accepted_and_mean_the_
                                                              abs=5e-4)
             assert f["disaggregation_mode"] == ("null" if w.role == "agg" else w.role)
             assert f["cuda_graph_max_bs_decode"] == ctx.behaviour.cuda_graph_max_batch
+            # formats: the KV cache's dtype (16-bit: the model's, stated as --dtype), fp8 quantised at load
+            assert f["kv_cache_dtype"] == {"fp8": "fp8_e4m3", "bf16": "bfloat16", "fp16": "auto"}[launch.kv_cache_dtype]
+            if launch.kv_cache_dtype == "fp16":
+                assert f["dtype"] == "float16"
+            assert f["quantization"] == ("fp8" if launch.online_fp8 else None)
+            assert f["context_length"] == 2048 + 256
+            # drafts: SGLang runs MTP as EAGLE over the model's own module, K steps of top-1, K + 1 tokens verified
+            if ctx.speculative_tokens == 0:
+                assert f["speculative_algorithm"] is None
+            else:
+                k = ctx.speculative_tokens
+                assert f["speculative_algorithm"] == ("EAGLE" if ctx.draft_model == "mtp" else "EAGLE3")
+                assert (f["speculative_num_steps"], f["speculative_eagle_topk"], f["speculative_num_draft_tokens"]) == \
+                    (k, 1, k + 1)
+                assert (f["speculative_draft_model_path"] is None) == (ctx.draft_model == "mtp")
             if w.hosts > 1:
                 assert (f["nnodes"], f["node_rank"]) == (w.hosts, node)
 
