@@ -7,15 +7,35 @@ How each part is made:
 
 * vLLM and SGLang: their real argument parsers, built in an interpreter that has the engines'
   wheels (``--python``; see ``tools/serving_probe.py``), dumped option by option (flag strings,
-  ``dest``, action, type, choices, nargs, default). The scratch environment::
+  ``dest``, action, type, choices, nargs, default). The scratch environment (what worked, with the
+  system's torch 2.13.0+cpu, Python 3.11)::
 
       python -m venv --system-site-packages /tmp/s/venv-serve      # system site: torch (CPU), numpy, pydantic
       /tmp/s/venv-serve/bin/pip install --no-deps vllm==0.19.1 sglang==0.5.23
-      # then, --no-deps, the light packages the parser modules import: cbor2 transformers
-      # "huggingface-hub>=2.4,<3" httpcore2 truststore httpx2 gguf msgspec pybase64 cachetools uvloop
-      # openai openai-harmony prometheus-client partial-json-parser fastapi starlette annotated-doc
-      # llguidance diskcache xgrammar apache-tvm-ffi uvicorn watchfiles model-hosting-container-standards
-      # (+ torchvision for SGLang's resolution pipeline)
+      # then, --no-deps, the light packages the parser modules import (the versions PyPI gave):
+      # cbor2 6.3.0, transformers 5.25.0, huggingface-hub 2.4.0, httpcore2 2.17.0, truststore 0.10.5,
+      # httpx2 2.17.0, gguf 0.19.0, msgspec 0.23.0, pybase64 1.5.1, cachetools 8.0.3, uvloop 0.23.0,
+      # openai 3.63.0, openai-harmony 0.0.8, prometheus-client 0.26.0, partial-json-parser 0.2.1.1.post7,
+      # fastapi 0.165.0, starlette 1.10.0, annotated-doc 0.0.7, llguidance 1.9.1, diskcache 5.6.3,
+      # xgrammar 0.2.9, apache-tvm-ffi 0.1.15.post2, uvicorn 0.55.0, watchfiles 1.3.0,
+      # model-hosting-container-standards 0.1.16
+      # SGLang's resolution pipeline also imports (--no-deps, sglang's pins): sentencepiece==0.2.1
+      # compressed-tensors==0.18.0 loguru (0.7.3)
+
+  That is enough for the parsers and vLLM's post-parse step, not for SGLang's: ``resolve_once``
+  imports ``sglang.srt.configs`` (``internvl_utils``: ``import torchvision.transforms``), and no
+  torchvision loads here. PyPI's only Linux wheels are CUDA builds (torchvision 0.28.0, the
+  release for torch 2.13, is ``0.28.0+cu130``): its ``_C.so`` links ``libtorch_cuda.so`` and
+  ``libc10_cuda.so``, which the CPU torch lacks, and ``import torchvision`` then fails
+  (``RuntimeError: operator torchvision::nms does not exist``, ``_meta_registrations.py``),
+  which also breaks ``import sglang`` (transformers sees torchvision installed and imports it), so
+  leave it out. The CPU wheel (download.pytorch.org) or a CUDA torch is needed; until then every
+  SGLang record's ``post_parse`` is ``ModuleNotFoundError: No module named 'torchvision'``.
+  Note that with ``--model-path dummy`` SGLang 0.5.23's pipeline returns after its
+  model-independent checks (``sglang/srt/arg_groups/pipeline.py`` lines 105-109, the
+  ``"none", "dummy"`` return), before its data-parallel, MoE/A2A, speculative and
+  PD-disaggregation handlers. (sglang 0.5.23's metadata pins torch==2.14.1 and
+  transformers==5.19.0; the parsers ran with torch 2.13.0+cpu and transformers 5.25.0.)
 
   Unless ``--no-verify``, a few command lines are also run through the real parsers and the
   engines' offline post-parse steps (``serving_probe.py parse``) and stored under ``verified``.
