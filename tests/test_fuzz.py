@@ -452,7 +452,7 @@ def generate(seed: int = SEED) -> list[Case]:
 @functools.lru_cache(maxsize=1)
 def _generated(seed: int = SEED) -> tuple[Case, ...]:
     """``generate(seed)`` once per process for the tests that run the cases (about a second each
-    time; the reproducibility test calls ``generate`` itself, twice)."""
+    time; the reproducibility test compares it with one fresh ``generate``)."""
     return tuple(generate(seed))
 
 
