@@ -156,7 +156,8 @@ def _why_one(model: ModelSpec, c: SearchConstraints, key: str, values) -> str:
     if key == "schedule" and set(map(str, values)) == {Schedule.INTERLEAVED.value}:
         return _interleaved_rule(model, replace(c, fixed={}), "interleaved needs vpp > 1, and ")
     if key == "zero_shard_group":
-        return "the ZeRO shard group must divide the data-parallel ranks (dp x cp) of some layout"
+        return ("the ZeRO shard group must divide the data-parallel ranks (dp x cp) of some layout, be 2 or more, "
+                "and shard ZeRO 1-3")
     if key == "tp":
         g = c.scaleup_gpus
         spans = g and not all(tp_tiles_node(g, int(t), c.gpus[1]) for t in values)     # True on one domain

@@ -673,7 +673,11 @@ def _hsdp_rules(cols: dict, c: SearchConstraints, fixed: Mapping, zero, hs, shap
         allowed = np.isin(group, np.asarray(fixed["zero_shard_group"], dtype=np.int64))
         rules.append(("fixed", np.broadcast_to(allowed[inverse], shape)))
     min_zero = 1 if "zero_shard_group" in fixed else 2
-    valid = (group == 0) | ((zero[None, :] >= min_zero) & (group >= 2) & (group < dpc)
+    # a named group of all dp*cp ranks is ZeRO over all of them, as simulate reads it; the search
+    # keeps it under the name given unless 0 is named too (then the row of group 0 is that plan)
+    named = {int(v) for v in fixed.get("zero_shard_group", ())}
+    whole = (group == dpc) if named and 0 not in named else np.zeros_like(group, dtype=bool)
+    valid = (group == 0) | ((zero[None, :] >= min_zero) & (group >= 2) & ((group < dpc) | whole)
                             & (dpc % np.maximum(group, 1) == 0))
     # an axis value giving a row the group an earlier value gives it (one node's ranks, 8 / tp,
     # and a --fix zero_shard_group of the same size) is the same configuration again
