@@ -108,6 +108,33 @@ def launchable_best(plan: ServingPlan, ctx, request: LaunchRequest):
     return None, None, None, len(meets), first_err
 
 
+def no_launch_error(framework: str, meeting: int, first_err: InputError | None) -> InputError:
+    """The error ``--emit`` raises where no candidate meeting the SLO (of the first
+    ``RUNNABLE_TRIES``, ``launchable_best``) launches: ``meeting`` of them, ``first_err`` the
+    engine's refusal of the search's winner (None where none meets the SLO), its fix the way out
+    (another backend, ``--mode agg``, whole-host workers). ``serve plan``'s headline says the same."""
+    if first_err is None:
+        return InputError("--emit", "no layout meets the SLO, so there is nothing to launch",
+                          "relax --ttft-ms / --tpot-ms (the table says what binds)")
+    return InputError("--emit", f"none of the {min(meeting, RUNNABLE_TRIES)} layouts meeting the SLO runs in "
+                      f"{framework} as priced ({first_err.field}: {first_err.message})", first_err.fix)
+
+
+def engine_plan(plan: ServingPlan, ctx, request: LaunchRequest, ttft_ms: float, tpot_ms: float, gpus: int,
+                modes=("agg", "disagg")) -> tuple[ServingPlan, InputError | None]:
+    """(``engine_best``'s plan, None where some layout meeting the SLO launches, else the error
+    ``--emit`` would raise, ``no_launch_error``): so ``serve plan`` says --emit launches a layout
+    only where one launches."""
+    row, _, rank, meeting, first_err = launchable_best(plan, ctx, request)
+    if row is None:
+        return plan, no_launch_error(ctx.stack.framework, meeting, first_err)
+    if rank == 0:
+        return plan, None
+    better = with_best(plan, row.name, ttft_ms, tpot_ms, gpus, request.rank_by, modes)
+    return replace(better, engine_refused_best=RefusedBest(row=plan.best, refusal=f"{first_err.field}: "
+                                                                                  f"{first_err.message}")), None
+
+
 def engine_best(plan: ServingPlan, ctx, request: LaunchRequest, ttft_ms: float, tpot_ms: float, gpus: int,
                 modes=("agg", "disagg")) -> ServingPlan:
     """``plan`` with the best layout the backend can launch as priced (``launchable_best``) as its
@@ -116,12 +143,7 @@ def engine_best(plan: ServingPlan, ctx, request: LaunchRequest, ttft_ms: float, 
     ``plan`` unchanged (``engine_refused_best`` None) where the winner launches, and where no
     layout meeting the SLO launches, the stack's framework having no launch export among them
     (``serve plan`` then headlines the winner and says the engine cannot launch it as priced)."""
-    row, _, rank, _, first_err = launchable_best(plan, ctx, request)
-    if row is None or rank == 0:
-        return plan
-    better = with_best(plan, row.name, ttft_ms, tpot_ms, gpus, request.rank_by, modes)
-    return replace(better, engine_refused_best=RefusedBest(row=plan.best, refusal=f"{first_err.field}: "
-                                                                                  f"{first_err.message}"))
+    return engine_plan(plan, ctx, request, ttft_ms, tpot_ms, gpus, modes)[0]
 
 
 def refused_fields(refused: RefusedBest | None) -> dict | None:
@@ -137,5 +159,5 @@ def refused_fields(refused: RefusedBest | None) -> dict | None:
             "engine_refuses": refused.refusal}
 
 
-__all__ = ["LaunchRequest", "RUNNABLE_TRIES", "deployment_of_row", "engine_best", "launch_of_row", "launchable_best",
-           "refused_fields"]
+__all__ = ["LaunchRequest", "RUNNABLE_TRIES", "deployment_of_row", "engine_best", "engine_plan", "launch_of_row",
+           "launchable_best", "no_launch_error", "refused_fields"]

@@ -86,7 +86,8 @@ def test_a_stack_with_no_launch_export_keeps_the_search_winner_as_serve_plan_doe
     _same_best(plan, cli)
     assert cli["engine_refused_best"] is None
     out = completed("serve", "plan", *args).stdout
-    assert "\nbest: " in out and "lmdeploy cannot launch it as priced (--emit: no launch export" in out
+    assert "\nbest: " in out and ("no layout lmdeploy can launch meets the SLO, so --emit has nothing to launch: "
+                                  "none of ") in out and "(--emit: no launch export" in out
 
 
 def test_where_no_layout_meeting_the_slo_launches_the_api_keeps_the_winner_as_the_cli():
@@ -97,3 +98,37 @@ def test_where_no_layout_meeting_the_slo_launches_the_api_keeps_the_winner_as_th
     assert plan.best.tokens_per_s_per_gpu == _met(plan).tokens_per_s_per_gpu.max()
     _same_best(plan, _cli_json("-m", "llama3.1-70b", "-s", "dgx-h100", "-n", "8", "--tpot-ms", "20", "-b", "vllm",
                                "--mode", "disagg"))
+
+
+def _headline_and_emit(*args) -> tuple[str, str]:
+    """serve plan's text and its --emit error line (exit 2) for the same request."""
+    out = completed("serve", "plan", *args)
+    assert out.returncode == 0, out.stderr
+    emitted = completed("serve", "plan", *args, "--emit")
+    assert emitted.returncode == 2 and emitted.stderr.startswith("error: --emit: none of the "), emitted.stderr
+    return out.stdout, emitted.stderr
+
+
+def test_where_vllm_launches_no_disaggregated_layout_the_headline_does_not_promise_emit_one():
+    """Llama-3.1-8B on 8 H100, --mode disagg, vLLM: every layout is disaggregated and vLLM ships no
+    router for them (vllm/docs/features/disagg_prefill.md), so --emit exits 2. The headline said
+    "--emit on this plan launches the best layout vllm can run"; it says none meets the SLO and
+    gives --emit's way out (--mode agg, or -b sglang / -b trtllm)."""
+    out, err = _headline_and_emit("-m", "llama3.1-8b", "-s", "dgx-h100", "-n", "8", "--isl", "1024", "--osl", "256",
+                                  "--mode", "disagg")
+    assert "launches the best layout vllm can run" not in out
+    assert "no layout vllm can launch meets the SLO, so --emit has nothing to launch: none of the " in out
+    assert "(--mode: vLLM ships no router for disaggregated prefill and decode workers)" in err
+    fix = "export the aggregated plan (serve plan --mode agg), or plan with -b sglang / -b trtllm"
+    assert fix in err and fix in out
+
+
+def test_where_vllm_launches_no_worker_of_10_gpus_the_headline_says_whole_hosts():
+    """DeepSeek-R1 on 10 H100 (hosts of 8): every layout meeting the SLO is one worker of 10 GPUs,
+    which vLLM cannot place (a worker must fill whole hosts of 8 or sit in one); --emit exits 2,
+    and the headline says so with the same way out."""
+    out, err = _headline_and_emit("-m", "deepseek-r1", "-s", "dgx-h100", "-n", "10")
+    assert "launches the best layout vllm can run" not in out
+    assert "no layout vllm can launch meets the SLO" in out and "does not fill whole hosts of 8" in out
+    fix = "use a worker of a multiple of 8 GPUs, or of at most 8"
+    assert fix in err and fix in out

@@ -611,7 +611,7 @@ def runnable_launch(plan, ctx, opts: dict):
     """(``ServingLaunch``, note): the best candidate meeting the SLO that the backend can launch
     as priced (``launchable_best``), and a note saying whether it is the winner, else its rank
     and how many tokens/s/GPU it gives up and why the winner cannot run."""
-    from paraplan.serving_launchable import RUNNABLE_TRIES, launchable_best
+    from paraplan.serving_launchable import launchable_best, no_launch_error
     from planners.serving.search import ranking_key
     rank_by = opts.get("rank_by", "per-gpu")
     row, launch, rank, meeting, first_err = launchable_best(plan, ctx, launch_request(opts))
@@ -623,15 +623,15 @@ def runnable_launch(plan, ctx, opts: dict):
                         f"SLO, {100 * loss:.1f}% fewer tokens/s{'' if rank_by == 'total' else '/GPU'} than the "
                         f"winner ({first_err.field}: "
                         f"{first_err.message})")
-    raise InputError("--emit", f"none of the {min(meeting, RUNNABLE_TRIES)} layouts meeting the SLO runs in "
-                     f"{ctx.stack.framework} as priced ({first_err.field}: {first_err.message})"
-                     if first_err is not None else "no layout meets the SLO, so there is nothing to launch",
-                     first_err.fix if first_err is not None else "relax --ttft-ms / --tpot-ms (the table says what binds)")
+    raise no_launch_error(ctx.stack.framework, meeting, first_err)
 
 
-def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, opts: dict | None = None) -> str:
+def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, opts: dict | None = None,
+                unlaunchable: InputError | None = None) -> str:
     """The serve plan table; ``plan.engine_refused_best`` (``serving_launchable.engine_best``): the
-    search's winner the engine cannot launch, said beside the best it can."""
+    search's winner the engine cannot launch, said beside the best it can; ``unlaunchable``
+    (``serving_launchable.engine_plan``): where no layout meeting the SLO launches, the error
+    ``--emit`` raises, said in the headline in place of a launch --emit cannot give."""
     from planners.serving.labels import prompts_per_step
     from planners.serving.search import describe
     b, refused = plan.best, plan.engine_refused_best
@@ -664,9 +664,14 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
         from paraplan.serving_launchable import launch_of_row
         why_not = launch_of_row(b, ctx, launch_request(opts))[1]
         fw = ctx.stack.framework
-        lines.append(f"      its {fw} launch script: add --emit (to this plan or to that command)" if why_not is None else
-                     f"      {fw} cannot launch it as priced ({why_not.field}: {why_not.message}); --emit on this plan "
-                     f"launches the best layout {fw} can run")
+        if why_not is None:
+            lines.append(f"      its {fw} launch script: add --emit (to this plan or to that command)")
+        elif unlaunchable is not None:      # --emit has nothing to launch: say so, and its way out
+            lines.append(f"      no layout {fw} can launch meets the SLO, so --emit has nothing to launch: "
+                         f"{unlaunchable.message}; {unlaunchable.fix}")
+        else:
+            lines.append(f"      {fw} cannot launch it as priced ({why_not.field}: {why_not.message}); --emit on this "
+                         f"plan launches the best layout {fw} can run")
     if refused is not None:
         r = refused.row
         more = float(r["tokens_per_s_per_gpu"]) / float(b["tokens_per_s_per_gpu"])
@@ -779,12 +784,13 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                              f"{describe(plain.best)} meets it at {plain.best['tokens_per_s_per_gpu']:,.0f} "
                              "tokens/s/GPU") from None
     opts["rank_by"] = rank_by
+    unlaunchable = None
     if not emit:
         # the headline is the best layout the engine can launch as priced (vLLM has no router for
         # disaggregated workers); a better winner it cannot launch is said beside it. --emit
         # picks the same layout and says what it gives up (runnable_launch)
-        from paraplan.serving_launchable import engine_best
-        plan = engine_best(plan, ctx, launch_request(opts), ttft_ms, tpot_ms, gpus, search)
+        from paraplan.serving_launchable import engine_plan
+        plan, unlaunchable = engine_plan(plan, ctx, launch_request(opts), ttft_ms, tpot_ms, gpus, search)
     without = None
     if ctx.speculative_tokens and not emit:
         # drafting can cost more than it yields (a compute-bound step at high concurrency): the
@@ -829,7 +835,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
         rows.to_csv(buf, index=False)
         text = buf.getvalue()
     else:
-        text = render_plan(plan, ctx, gpus, ttft_ms, tpot_ms, top, opts)
+        text = render_plan(plan, ctx, gpus, ttft_ms, tpot_ms, top, opts, unlaunchable)
     if plot_path is not None:
         from paraplan.serving_plots import serving_pareto
         title = f"{ctx.model.name} on {gpus} x {ctx.cluster.gpu.name}, isl {opts['isl']} / osl {opts['osl']}, TTFT <= {ttft_ms:g} ms"
