@@ -33,7 +33,7 @@ from paraplan import serving_priors
 from paraplan.api import what_if_cluster
 from paraplan.sweep_table import sweep_table
 from paraplan.serving_inputs import check_dense, check_release
-from paraplan.serving_launchable import LaunchRequest, engine_best
+from paraplan.serving_launchable import LaunchRequest, engine_best, layout_launchable
 from planners.serving.search import ServingPlan, plan_serving
 from simulator.serving.context import ServingContext, default_formats
 from simulator.serving.deployment import Deployment, worker_layout
@@ -342,13 +342,14 @@ def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 102
     else:
         raise InputError("modes", f"expected agg, disagg, both or a list of them, got {modes!r}", "e.g. modes='both'")
     try:        # the planner speaks the CLI's flags (--tpot-ms, --max-batch, allow --tpot-ms 2.9)
+        # as serve plan: "add GPUs" names a count whose layouts the engine launches
+        request = LaunchRequest(isl=isl, osl=osl, kv_cache_dtype=context.get("kv_cache_dtype", "auto"), rank_by=rank_by)
         plan = plan_serving(ctx, gpus, isl, osl, ttft_ms, tpot_ms, modes=modes, max_batch=max_batch,
-                            allow_pp=allow_pp, rank_by=rank_by)
+                            allow_pp=allow_pp, rank_by=rank_by, launchable=layout_launchable(ctx, request))
     except InputError as exc:
         raise _keyword_error(exc, _PLAN_KEYWORDS) from None
     # serve plan's headline: the best layout the engine can launch, the refused winner beside it
     # (before the dense model's expert split is blanked: a launch is built from the row's degrees)
-    request = LaunchRequest(isl=isl, osl=osl, kv_cache_dtype=context.get("kv_cache_dtype", "auto"), rank_by=rank_by)
     plan = engine_best(plan, ctx, request, ttft_ms, tpot_ms, gpus, modes)
     plan = plan if ctx.model.moe is not None else _without_expert_split(plan)
     # the columns and notes serve plan shows: efficiency_fitted, the drafts, the prior notes in why

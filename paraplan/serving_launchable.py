@@ -75,6 +75,31 @@ def launch_of_row(row, ctx, request: LaunchRequest):
         return None, err
 
 
+def layout_launchable(ctx, request: LaunchRequest):
+    """``launchable(role, layouts)`` for ``planners.serving.search.plan_serving``: whether the
+    engine of ``ctx.stack`` can launch each worker layout (rows tp, pp, adp, moe_tp, moe_ep) as an
+    ``agg`` worker or as a disaggregated ``prefill`` / ``decode`` one (paired with the same layout
+    in the other role), by ``launch_of_row`` on a one-worker row at batch 1: the engine's
+    placement, mode and layout rules (``paraplan.exports.serving``), which live above the planner,
+    passed down to it as this function."""
+    nan = float("nan")
+
+    def launchable(role: str, layouts) -> np.ndarray:
+        out = np.zeros(len(layouts), dtype=bool)
+        for i, (tp, pp, adp, moe_tp, moe_ep) in enumerate(np.asarray(layouts, dtype=int).tolist()):
+            degrees = dict(tp=tp, pp=pp, adp=adp, moe_tp=moe_tp, moe_ep=moe_ep)
+            if role == "agg":
+                row = {"mode": "agg", **degrees, "batch": 1, "workers": 1}
+            else:
+                row = {"mode": "disagg", "prefill_batch": 1, "batch": 1, "prefill_workers": 1, "decode_workers": 1,
+                       **{f"{side}_{k}": v for side in ("prefill", "decode") for k, v in degrees.items()}}
+            row.update(ttft_ms=nan, tpot_ms=nan, tokens_per_s_per_gpu=nan)
+            out[i] = launch_of_row(row, ctx, request)[1] is None
+        return out
+
+    return launchable
+
+
 def launchable_best(plan: ServingPlan, ctx, request: LaunchRequest):
     """(row or None, its ``ServingLaunch``, its rank from 0, how many candidates meet the SLO, the
     engine's refusal of the search's winner or None): the best candidate meeting the SLO, in the
@@ -160,4 +185,4 @@ def refused_fields(refused: RefusedBest | None) -> dict | None:
 
 
 __all__ = ["LaunchRequest", "RUNNABLE_TRIES", "deployment_of_row", "engine_best", "engine_plan", "launch_of_row",
-           "launchable_best", "no_launch_error", "refused_fields"]
+           "launchable_best", "layout_launchable", "no_launch_error", "refused_fields"]

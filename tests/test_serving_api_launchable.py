@@ -132,3 +132,28 @@ def test_where_vllm_launches_no_worker_of_10_gpus_the_headline_says_whole_hosts(
     assert "no layout vllm can launch meets the SLO" in out and "does not fill whole hosts of 8" in out
     fix = "use a worker of a multiple of 8 GPUs, or of at most 8"
     assert fix in err and fix in out
+
+
+def test_nothing_fits_names_the_least_gpus_whose_layout_the_engine_launches():
+    """DeepSeek-R1 (FP8) on 9 H100 fits no layout. The advice was "add GPUs (a layout fits on
+    10)", but on 10 and 12 GPUs the layouts are single workers of 10 / 12 GPUs, which vLLM cannot
+    place on hosts of 8 (a worker fills whole hosts or sits in one: 10 and 12 are neither <= 8 nor
+    multiples of 8); the next count a worker can have above 8 is 16. The advice says both."""
+    res = completed("serve", "plan", "-m", "deepseek-r1", "-s", "dgx-h100", "-n", "9")
+    assert res.returncode == 2
+    assert "add GPUs (a layout fits on 10, but vllm launches none on fewer than 16)" in res.stderr, res.stderr
+    # the API says the same, and on 16 GPUs vLLM launches the plan (--emit writes a script)
+    import pytest
+    from hardware_specs.errors import InputError
+    with pytest.raises(InputError, match=r"a layout fits on 10, but vllm launches none on fewer than 16"):
+        serve_plan("deepseek-r1", "dgx-h100", 9)
+    assert completed("serve", "plan", "-m", "deepseek-r1", "-s", "dgx-h100", "-n", "16", "--emit").returncode == 0
+    assert completed("serve", "plan", "-m", "deepseek-r1", "-s", "dgx-h100", "-n", "10", "--emit").returncode == 2
+
+
+def test_nothing_fits_says_when_the_engine_launches_no_layout_that_fits():
+    """vLLM with only disaggregated layouts: none launches (vLLM ships no router for them), so the
+    least fitting count is named with that said, not as a count to plan on."""
+    res = completed("serve", "plan", "-m", "deepseek-r1", "-s", "dgx-h100", "-n", "9", "--mode", "disagg")
+    assert res.returncode == 2
+    assert ", but vllm cannot launch any layout that fits)" in res.stderr, res.stderr

@@ -768,9 +768,12 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     # a bar only where the search is long (thousands of GPUs: tens of seconds)
     with step_bar(f"searching layouts for {gpus:,} GPUs") as bar:
         try:
+            from paraplan.serving_launchable import layout_launchable
             plan = plan_serving(ctx, gpus, opts["isl"], opts["osl"], ttft_ms, tpot_ms, modes=search,
                                 max_batch=max_batch, allow_pp=not no_pp, rank_by=rank_by,
-                                progress=bar if gpus >= LONG_SEARCH_GPUS else None)
+                                progress=bar if gpus >= LONG_SEARCH_GPUS else None,
+                                # "add GPUs" names a count whose layouts the engine launches
+                                launchable=layout_launchable(ctx, launch_request(opts)))
         except InputError as exc:
             if not ctx.speculative_tokens:
                 raise

@@ -776,22 +776,57 @@ def _memory_by_role(ctx, most: int, isl: int, osl: int, modes, allow_pp: bool) -
         mem = memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, float(isl), float(out_tokens), token_budget=budget)
         mem = {k: np.broadcast_to(v, tp.shape) for k, v in mem.items()}
         holds = mem["kv_pool_bytes"] > 0
-        roles[role] = {**mem, "gpus": tp * pp * adp, "label": np.array(worker_labels(tp, pp, adp, moe_tp, moe_ep, moe)),
+        roles[role] = {**mem, "gpus": tp * pp * adp, "layouts": lay, "label": np.array(worker_labels(tp, pp, adp, moe_tp, moe_ep, moe)),
                        "holds": holds, "fits": holds & (mem["max_batch_per_rank"] >= 1.0)}
     return roles
 
 
-def _least_gpus(roles: dict, key: str) -> int | None:
+def _least_role_gpus(cols: dict, role: str, key: str, launchable=None) -> int | None:
+    """The fewest GPUs of a layout of one role (``_memory_by_role``'s columns) that has ``key``
+    and, where ``launchable`` is given, that the engine launches in ``role``; None where none.
+    The engine is asked one GPU count at a time, smallest first, until one launches."""
+    ok = cols[key]
+    if launchable is None:
+        return int(cols["gpus"][ok].min()) if ok.any() else None
+    for g in np.unique(cols["gpus"][ok]):
+        at = ok & (cols["gpus"] == g)
+        if np.asarray(launchable(role, cols["layouts"][at]), dtype=bool).any():
+            return int(g)
+    return None
+
+
+def _least_gpus(roles: dict, key: str, launchable=None) -> int | None:
     """The fewest GPUs on which some layout of ``roles`` (``_memory_by_role``) has ``key``
     ("holds" or "fits"): an aggregated worker's GPUs; a prefill and a decode worker's together
-    (each of at most the rest); None where none has it."""
+    (each of at most the rest); None where none has it. ``launchable(role, layouts)`` (as
+    ``plan_serving``'s), where given, keeps only the layouts the engine can launch."""
     least = []
-    if "agg" in roles and roles["agg"][key].any():
-        least.append(roles["agg"]["gpus"][roles["agg"][key]].min())
-    if "decode" in roles and roles["prefill"][key].any() and roles["decode"][key].any():
-        least.append(roles["prefill"]["gpus"][roles["prefill"][key]].min()
-                     + roles["decode"]["gpus"][roles["decode"][key]].min())
+    if "agg" in roles:
+        agg = _least_role_gpus(roles["agg"], "agg", key, launchable)
+        least += [agg] if agg is not None else []
+    if "decode" in roles:
+        pre, dec = (_least_role_gpus(roles[r], r, key, launchable) for r in ("prefill", "decode"))
+        least += [pre + dec] if pre is not None and dec is not None else []
     return int(min(least)) if least else None
+
+
+def _add_gpus(ctx, roles: dict, what: str, launchable=None) -> list[str]:
+    """The "add GPUs" fix of a search where nothing fits: the fewest GPUs on which ``what`` fits
+    (``_least_gpus`` "fits"), and where ``launchable`` is given and the engine cannot launch a
+    layout that fits there, the fewest on which it can (DeepSeek-R1 on H100 in FP8: fits on 10
+    and 12, as workers of 10 / 12 GPUs that vLLM cannot place on hosts of 8; launches on 16)."""
+    least = _least_gpus(roles, "fits")
+    if least is None:
+        return []
+    if launchable is None:
+        return [f"add GPUs ({what} fits on {least})"]
+    runs = _least_gpus(roles, "fits", launchable)
+    fw = ctx.stack.framework
+    if runs == least:
+        return [f"add GPUs ({what} fits on {least})"]
+    if runs is None:
+        return [f"add GPUs ({what} fits on {least}, but {fw} cannot launch any layout that fits)"]
+    return [f"add GPUs ({what} fits on {least}, but {fw} launches none on fewer than {runs})"]
 
 
 def _search_most(ctx) -> int:
@@ -841,9 +876,11 @@ def _formats_that_fit(ctx, formats, experts: bool, gpus: int, isl: int, osl: int
     return fit
 
 
-def _nothing_fits_error(ctx, gpus: int, isl: int, osl: int, max_batch: int, modes, allow_pp: bool) -> InputError:
+def _nothing_fits_error(ctx, gpus: int, isl: int, osl: int, max_batch: int, modes, allow_pp: bool,
+                        launchable=None) -> InputError:
     """The ``InputError`` of a search where no layout fits: what does not fit (the weights, or
-    beside them one request's KV cache, ``_memory_by_role``) and what would make a layout fit."""
+    beside them one request's KV cache, ``_memory_by_role``) and what would make a layout fit;
+    the GPUs to add, of a layout the engine launches where ``launchable`` (``plan_serving``'s) is given."""
     g = ctx.model.int4_group_size
     # only formats smaller than the one planned help (the suggestion named fp8 to an fp8 plan)
     # the option of the larger format: a MoE model's bulk is its experts (nvfp4 dense with bf16
@@ -865,9 +902,7 @@ def _nothing_fits_error(ctx, gpus: int, isl: int, osl: int, max_batch: int, mode
             fp8 = _rebuilt(ctx, ctx.dense_format, ctx.expert_format, "fp8")
             if fp8 is not None and _fits_within(fp8, gpus, isl, osl, modes, allow_pp):
                 fixes.append("--kv-cache-dtype fp8")
-        least = _least_gpus(roles, "fits")
-        if least is not None:
-            fixes.append(f"add GPUs (one request fits on {least})")
+        fixes += _add_gpus(ctx, roles, "one request", launchable)
         fixes += _unfit_fixes(ctx, gpus, isl, osl, max_batch, modes, allow_pp) + formats
         # the layout closest to holding one request (largest share of it free), within the GPUs given
         best = None
@@ -882,8 +917,7 @@ def _nothing_fits_error(ctx, gpus: int, isl: int, osl: int, max_batch: int, mode
         return InputError("--gpus", f"no layout of {ctx.model.name} on {gpus} x {ctx.cluster.gpu.name} holds one "
                           f"request of {isl} + {osl} tokens beside its {what}: at best ({where}) its KV cache needs "
                           f"{need / 2**30:.1f} GiB per GPU and {free / 2**30:.1f} GiB is free", ", or ".join(fixes))
-    least = _least_gpus(roles, "fits")
-    fixes = ([f"add GPUs (a layout fits on {least})"] if least is not None else []) + _unfit_fixes(
+    fixes = _add_gpus(ctx, roles, "a layout", launchable) + _unfit_fixes(
         ctx, gpus, isl, osl, max_batch, modes, allow_pp) + formats
     return InputError("--gpus", f"no layout of {ctx.model.name} with {what} fits in {gpus} x {ctx.cluster.gpu.name}",
                       ", or ".join(fixes) or "use GPUs with more memory")
@@ -891,13 +925,17 @@ def _nothing_fits_error(ctx, gpus: int, isl: int, osl: int, max_batch: int, mode
 
 def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: float, modes=("agg", "disagg"),
                  max_batch: int = 1024, allow_pp: bool = True, rank_by: str = "per-gpu",
-                 progress=None) -> ServingPlan:
+                 progress=None, launchable=None) -> ServingPlan:
     """Search ``modes`` on ``gpus`` GPUs of ``ctx.cluster`` for ``ctx.model`` at request shape
     (isl, osl) under the objective (mean TTFT <= ttft_ms, TPOT <= tpot_ms), the winner the most
     tokens/s per GPU used (``rank_by`` "per-gpu") or in all (``"total"``). Raises
     ``InputError`` naming the binding constraint when nothing fits or nothing meets the SLO.
     ``progress(done, total, step)`` is called as each phase (the searched modes, the ranking)
-    ends: thousands of GPUs take tens of seconds."""
+    ends: thousands of GPUs take tens of seconds. ``launchable(role, layouts)``: whether the engine
+    can launch each worker layout (rows tp, pp, adp, moe_tp, moe_ep) as an ``agg``, ``prefill`` or
+    ``decode`` worker (``paraplan.serving_launchable.layout_launchable``, the engine's rules living
+    above the planner); only the "add GPUs" advice of a search where nothing fits reads it, so it
+    names a GPU count the engine can run. None: every layout counts."""
     if rank_by not in RANKINGS:
         raise InputError("--rank-by", f"unknown ranking {rank_by!r}", "use per-gpu or total")
     # a fractional max_batch never settled the batch bisection (64 .. 64.5 forever); 8.0 is 8
@@ -943,7 +981,7 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
     report(len(modes), phases, "ranking")
     parts = [p for p in parts if len(p)]
     if not parts:
-        raise _nothing_fits_error(ctx, gpus, isl, osl, max_batch, modes, allow_pp)
+        raise _nothing_fits_error(ctx, gpus, isl, osl, max_batch, modes, allow_pp, launchable)
     cands = pd.concat(parts, ignore_index=True, sort=False)
     cands["meets_slo"] = (cands.ttft_ms <= ttft_ms) & (cands.tpot_ms <= tpot_ms)
     fronts = []
