@@ -98,6 +98,12 @@ def test_each_layout_is_also_tried_at_the_largest_batch_meeting_the_objective():
     out = evaluate_agg(ctx, best["tp"], best["adp"], best["pp"], best["moe_tp"], best["moe_ep"],
                        best["batch"] + 1.0, 8192, 256)
     assert float(out["ttft_s"]) > 0.5 or float(out["tpot_s"]) > 0.02
+    # the README's example says the batch and tokens/s/GPU each GPU's plan gives (it said batch 8
+    # and 115 on H100 after a refit moved H100's plan to batch 9 and 121)
+    b2, b1 = int(h200.best["batch"]), int(h100.best["batch"])
+    batches = f"batch {b2} on both" if b1 == b2 else f"batch {b2} on H200 and {b1} on H100"
+    assert (f"(now {batches}: {h200.best['tokens_per_s_per_gpu']:.0f} tokens/s/GPU on H200, "
+            f"{h100.best['tokens_per_s_per_gpu']:.0f} on H100)") in " ".join(_readme().split())
 
 
 def test_the_why_lines_speak_only_of_the_modes_searched():
