@@ -80,6 +80,18 @@ def kv_bytes_per_request(model: ModelSpec, tp, context_tokens, kv_bytes: float, 
             * largest_stage_share(model.num_layers, pp))
 
 
+def kv_held_tokens(context_tokens, block_tokens: int = 1):
+    """Tokens' worth of KV cache a request of ``context_tokens`` tokens holds where the engine
+    allocates whole blocks of ``block_tokens`` tokens: ceil(context / block) x block (vLLM's
+    PagedAttention blocks, Kwon et al. 2023, "Efficient Memory Management for LLM Serving with
+    PagedAttention", Sec. 4.1; SGLang pages; TensorRT-LLM ``tokens_per_block``). A block of 1
+    is the context itself."""
+    ctx = _f(context_tokens)
+    if block_tokens <= 1:
+        return ctx
+    return np.ceil(ctx / block_tokens) * block_tokens
+
+
 def kv_bytes_per_token_model(model: ModelSpec, kv_bytes: float):
     """KV bytes of one token over all layers of the whole model (one copy, unsplit): what a
     disaggregated prefill worker ships to a decode worker per prompt token (window layers

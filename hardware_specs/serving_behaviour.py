@@ -57,6 +57,9 @@ MAX_RESERVED_GIB = 1024.0
 #: plausibility bound of the hold settings (steps): the engines' own examples and tuned
 #: deployments use tens of steps (SGLang recv interval 10-30, TensorRT-LLM batch waits 20-60)
 MAX_HOLD_STEPS = 10_000
+#: plausibility bound of a KV-cache block (tokens): the engines offer up to 256 (vLLM
+#: ``BlockSize``), TensorRT-LLM any power of two
+MAX_KV_BLOCK_TOKENS = 4096
 
 
 def _by_memory(table: Mapping, where: str, least: int) -> Mapping[float, int]:
@@ -154,6 +157,11 @@ class ServingBehaviour:
             kernel (TensorRT-LLM ``AllReduceFusionOp.RESIDUAL_RMS_NORM``): the step has one kernel
             fewer per all-reduce that a counted norm follows (``cost_models.inference_step``).
         kv_admission: one of ``KV_ADMISSIONS``.
+        kv_block_tokens: tokens per KV-cache block (page): the engine allocates a request's KV
+            cache in whole blocks, so a request of c tokens of context holds ceil(c / n) x n
+            tokens' worth (``cost_models.kv_cache.kv_held_tokens``): vLLM ``--block-size`` (16 on
+            CUDA), SGLang ``--page-size`` (1), TensorRT-LLM ``KvCacheConfig.tokens_per_block``
+            (32). Default 1 (per token); every shipped serving stack states it.
         decode_budget_share: one of ``DECODE_BUDGET_SHARES``: what the running decodes take of a
             mixed step's token budget (``prefill_token_budget``), so what is left for prompts
             (``simulator.serving.step_budget``). Only read with ``mixed_batches``. Default
@@ -258,6 +266,7 @@ class ServingBehaviour:
     allreduce_norm_fusion: bool = False
     speculative_tokens: int = 0
     kv_admission: str = "prompt"
+    kv_block_tokens: int = 1
     decode_budget_share: str = "with_drafts"
     recv_interval_steps: int = 1
     context_wait_steps: int = 0
@@ -334,6 +343,10 @@ class ServingBehaviour:
                 continue            # checked entry by entry above
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InputError(f"{where}.{name}", f"must be a whole number >= 0, got {value!r}")
+        if isinstance(self.kv_block_tokens, bool) or not isinstance(self.kv_block_tokens, int) or \
+                not 1 <= self.kv_block_tokens <= MAX_KV_BLOCK_TOKENS:
+            raise InputError(f"{where}.kv_block_tokens", f"must be a whole number of tokens in [1, {MAX_KV_BLOCK_TOKENS}], "
+                             f"got {self.kv_block_tokens!r}", "e.g. 16 (vLLM's default block size)")
         for name, least in (("recv_interval_steps", 1), ("context_wait_steps", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_HOLD_STEPS:

@@ -72,7 +72,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models.inference_step import STEP_PARTS, step_time
-from cost_models.kv_cache import kv_bytes_per_request
+from cost_models.kv_cache import kv_bytes_per_request, kv_held_tokens
 from cost_models.serving_memory import activation_bytes_per_gpu, kv_pool_bytes_per_gpu, weight_bytes_per_gpu
 from simulator.serving.rate_bisection import bisect_rate
 from simulator.serving.step_budget import budget_tokens_per_decode, decodes_per_step, prompt_step
@@ -96,7 +96,9 @@ def memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl, token_budget=None
     * ``full_request`` (TensorRT-LLM GUARANTEED_NO_EVICT): a request starts only with blocks
       for isl + osl tokens reserved; admitted = running = pool / KV(isl + osl).
 
-    Both are capped by the stack's ``max_running_requests``."""
+    Each is rounded up to whole KV blocks of the stack's ``kv_block_tokens``
+    (``cost_models.kv_cache.kv_held_tokens``). Both are capped by the stack's
+    ``max_running_requests``."""
     model, beh = ctx.model, ctx.behaviour
     budget = beh.rank_token_budget(ctx.token_budget, adp) if token_budget is None else token_budget
     if token_budget is None and not beh.chunked_prefill:
@@ -112,6 +114,9 @@ def memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl, token_budget=None
     isl, osl = _f(isl), _f(osl)
     held = isl + osl if beh.kv_admission == "full_request" else isl + osl / 2.0
     admit = isl + osl if beh.kv_admission == "full_request" else isl
+    # the engine allocates whole blocks (pages) of the stack's kv_block_tokens: a request holds
+    # its context rounded up to them (a 3-token request holds a 16-token vLLM block)
+    held, admit = kv_held_tokens(held, beh.kv_block_tokens), kv_held_tokens(admit, beh.kv_block_tokens)
     per_request = kv_bytes_per_request(model, tp, held, ctx.kv_bytes, pp)
     per_prompt = kv_bytes_per_request(model, tp, admit, ctx.kv_bytes, pp)
     # the drafter keeps its own KV cache of the context (one layer per MTP module or head layer)
