@@ -297,27 +297,42 @@ def timed_greedy_order(p: int, m: int, v: int, cell_path: list[tuple[int, int]],
     last_fb = [None] * p
     inf = float("inf")
 
-    def f_ready_at(s_, c):
-        u, k = pos[s_][c], nxt_f[s_][c]
-        if k >= m or mem[s_] + 1 + (chunk0_reserve if c == 0 else 0) > mem_cap:
-            return inf
-        if u == 0:
-            return 0.0
-        return f_end[u - 1][k] if len(f_end[u - 1]) > k else inf
+    # An F of chunk c is ready at the end of its micro-batch's F on the position before (at 0 on
+    # the first), if the memory cap allows one more; a B at the end of the B on the position
+    # after (of its own F on the last), once its F has run; never past m. The tests are spelled
+    # out inline, not as functions called per chunk: a search list-schedules thousands of orders.
+    cells_deep_first = [[(c, pos[s_][c]) for c in chunks_deep_first[s_]] for s_ in range(p)]
+    last_pos = n_pos - 1
 
-    def b_ready_at(s_, c):
-        u, k = pos[s_][c], nxt_b[s_][c]
-        if k >= m or k >= nxt_f[s_][c]:
-            return inf
-        if u == n_pos - 1:
-            return f_end[u][k]
-        return b_end[u + 1][k] if len(b_end[u + 1]) > k else inf
+    def first_f(s_, t):
+        nf = nxt_f[s_]
+        held = mem[s_] + 1
+        for c, u in cells_deep_first[s_]:
+            k = nf[c]
+            if k >= m or held + (chunk0_reserve if c == 0 else 0) > mem_cap:
+                continue
+            if u == 0:
+                if 0.0 <= t:
+                    return k, c
+                continue
+            ends = f_end[u - 1]
+            if len(ends) > k and ends[k] <= t:
+                return k, c
+        return None
 
-    def first_ready(ready_at, nxt, s_, t):
-        """The first op of ``s_``'s chunks, deepest first, that ``ready_at`` has ready by ``t``."""
-        for c in chunks_deep_first[s_]:
-            if ready_at(s_, c) <= t:
-                return nxt[s_][c], c
+    def first_b(s_, t):
+        nb, nf = nxt_b[s_], nxt_f[s_]
+        for c, u in cells_deep_first[s_]:
+            k = nb[c]
+            if k >= m or k >= nf[c]:
+                continue
+            if u == last_pos:
+                if f_end[u][k] <= t:
+                    return k, c
+                continue
+            ends = b_end[u + 1]
+            if len(ends) > k and ends[k] <= t:
+                return k, c
         return None
 
     duration = {F: t_f, B: t_b, W: t_w}
@@ -333,24 +348,46 @@ def timed_greedy_order(p: int, m: int, v: int, cell_path: list[tuple[int, int]],
             continue
         # the first ready B and F, deepest chunk first; the second looked for only if needed
         if alternate and last_fb[s_] == B:
-            first = first_ready(f_ready_at, nxt_f, s_, t)
+            first = first_f(s_, t)
             op = (F,) + first if first else None
             if op is None:
-                first = first_ready(b_ready_at, nxt_b, s_, t)
+                first = first_b(s_, t)
                 op = (B,) + first if first else None
         else:
-            first = first_ready(b_ready_at, nxt_b, s_, t)
+            first = first_b(s_, t)
             op = (B,) + first if first else None
             if op is None:
-                first = first_ready(f_ready_at, nxt_f, s_, t)
+                first = first_f(s_, t)
                 op = (F,) + first if first else None
         if op is None and w_queue[s_]:
             op = w_queue[s_].popleft()
         seq += 1
         if op is None:
-            chunks = chunks_deep_first[s_]
-            soon = min([r for r in [b_ready_at(s_, c) for c in chunks] + [f_ready_at(s_, c) for c in chunks]
-                        if r > t], default=inf)
+            # the next time one of its ops becomes ready: the least ``b_ready_at`` / ``f_ready_at``
+            # after t (inline; the first of equal ones, as ``min`` takes)
+            soon = inf
+            nb, nf = nxt_b[s_], nxt_f[s_]
+            for c, u in cells_deep_first[s_]:
+                k = nb[c]
+                if k < m and k < nf[c]:
+                    if u == last_pos:
+                        r = f_end[u][k]
+                    else:
+                        ends = b_end[u + 1]
+                        r = ends[k] if len(ends) > k else inf
+                    if t < r < soon:
+                        soon = r
+            held = mem[s_] + 1
+            for c, u in cells_deep_first[s_]:
+                k = nf[c]
+                if k < m and held + (chunk0_reserve if c == 0 else 0) <= mem_cap:
+                    if u == 0:
+                        r = 0.0
+                    else:
+                        ends = f_end[u - 1]
+                        r = ends[k] if len(ends) > k else inf
+                    if t < r < soon:
+                        soon = r
             if soon == inf:
                 # waiting on ops no stage has scheduled yet: try again after the stages still free
                 # at this instant have acted, else when the next busy one is free
@@ -358,7 +395,11 @@ def timed_greedy_order(p: int, m: int, v: int, cell_path: list[tuple[int, int]],
                     blocked_at[:] = [t, set()]
                 blocked_at[1].add(s_)
                 blocked = blocked_at[1]
-                acting = any(ft <= t and remaining[o] > 0 and o not in blocked for ft, _, o in free)
+                acting = False
+                for ft, _, o in free:
+                    if ft <= t and remaining[o] > 0 and o not in blocked:
+                        acting = True
+                        break
                 soon = t if acting else min([ft for ft, _, o in free if remaining[o] > 0 and ft > t], default=inf)
             if soon == inf:
                 raise RuntimeError("timed greedy pipeline scheduler deadlocked "
