@@ -17,7 +17,7 @@ import pytest
 
 from hardware_specs.errors import InputError
 from paraplan.exports import deepspeed, matrix
-from paraplan.exports.common import plan_fields, stage_layer_counts
+from paraplan.exports.common import plan_fields
 
 
 @pytest.fixture(scope="module")
@@ -90,13 +90,63 @@ def test_deepspeed_config_accepts_every_matrix_export_and_reads_the_planned_batc
     if p["ep"] > 1:
         assert config.expert_parallel_config.autoep_size == p["ep"]
     if p["pp"] > 1:
-        layers = p["model"].num_layers
-        bounds = ds["utils"].partition_balanced(weights=[0] + [1] * layers + [0], num_parts=p["pp"])
-        per_stage = [int(b) - int(a) for a, b in zip(bounds[:-1], bounds[1:])]
-        per_stage[0] -= 1
-        per_stage[-1] -= 1                     # the embedding and head LayerSpecs carry no decoder layer
-        assert max(per_stage) == max(stage_layer_counts(layers, p["pp"]))
+        assert deepspeed_split(deepspeed.recipe(row), p) == list(deepspeed.plan_stage_counts(p))
         assert config.pipeline["stages"] == p["pp"]
+
+
+def deepspeed_split(recipe: str, p: dict) -> list[int]:
+    """Decoder layers per stage of the recipe's ``PipelineModule(layers=[Embedding] + N x
+    [DecoderLayer] + [Head], num_stages=pp, partition_method=...)`` as DeepSpeed 0.19.8's own
+    ``PipelineModule._partition_layers`` and ``_find_layer_type`` cut it (run on a stand-in
+    holding the attributes they read: no process group on a CPU test)."""
+    import re
+    import types
+
+    import torch
+    from deepspeed.pipe import LayerSpec, PipelineModule
+    from deepspeed.runtime.pipe.topology import PipeDataParallelTopology
+    method = re.search(r"partition_method='([^']+)'", recipe).group(1)
+    classes = {name: type(name, (torch.nn.Module,), {}) for name in ("Embedding", "DecoderLayer", "Head")}
+    layers = p["model"].num_layers
+    module = types.SimpleNamespace(num_stages=p["pp"], global_rank=1, loss_fn=None,
+                                   _topo=PipeDataParallelTopology(num_pp=p["pp"], num_dp=1),
+                                   _layer_specs=[LayerSpec(classes["Embedding"])]
+                                   + [LayerSpec(classes["DecoderLayer"]) for _ in range(layers)]
+                                   + [LayerSpec(classes["Head"])])
+    module._find_layer_type = lambda name: PipelineModule._find_layer_type(module, name)
+    module._set_bounds = lambda start, stop: None
+    PipelineModule._partition_layers(module, method=method)
+    return [len(range(max(a, 1), min(b, layers + 1))) for a, b in zip(module.parts[:-1], module.parts[1:])]
+
+
+@pytest.mark.parametrize("model, pp, planned", [
+    # even splits as the plan prices them (the middle stages take the remainder); DeepSpeed's
+    # 'type:DecoderLayer' alone puts it on the first stages instead ([7, 7, 6, 6, 6] for 32 / 5,
+    # 79.08 GiB for this plan where 75.23 GiB was priced)
+    ("llama3-8b", 5, [6, 7, 7, 6, 6]),
+    ("llama3.1-405b", 16, [7] + [8] * 14 + [7]),
+    ("llama3-8b", 4, [8, 8, 8, 8]),
+])
+def test_the_recipes_partition_method_cuts_the_stages_as_the_plan_priced_them(ds, model, pp, planned):
+    row = dict(model=model, seq_len=8192, dp=8, tp=1, pp=pp, micro_batch=2, global_batch=64, zero_stage=1,
+               recompute="none")
+    p = plan_fields(row)
+    assert list(deepspeed.plan_stage_counts(p)) == planned
+    assert deepspeed_split(deepspeed.recipe(row), p) == planned
+
+
+def test_a_split_no_partition_method_gives_is_refused_and_deepspeeds_own_split_is_emitted(ds):
+    """llama3-70b's 80 layers on 6 stages: the plan's [13, 13, 14, 14, 13, 13] is no
+    ``type:`` regex's partition (DeepSpeed's 'type:DecoderLayer' gives [14, 14, 13, 13, 13, 13]),
+    so the export refuses it, naming the layout of DeepSpeed's split; that plan is emitted
+    and DeepSpeed cuts it as priced."""
+    row = dict(model="llama3-70b", seq_len=8192, dp=4, tp=1, pp=6, micro_batch=1, global_batch=64, zero_stage=1,
+               recompute="full")
+    with pytest.raises(InputError, match=r"\[13, 13, 14, 14, 13, 13\].*\[14, 14, 13, 13, 13, 13\]") as err:
+        deepspeed.config(row)
+    assert "--pipeline-layout 'Et*14|t*14|t*13|t*13|t*13|t*13,L'" in str(err.value)
+    laid_out = {**row, "pipeline_layout": "Et*14|t*14|t*13|t*13|t*13|t*13,L"}
+    assert deepspeed_split(deepspeed.recipe(laid_out), plan_fields(laid_out)) == [14, 14, 13, 13, 13, 13]
 
 
 def test_the_plans_global_batch_as_train_batch_size_is_what_deepspeed_rejects_under_autotp(ds, monkeypatch):

@@ -17,9 +17,11 @@ batch keys follow, so that ``train_batch_size == micro * gradient_accumulation *
 Refused (``refusal``), each with the reason: low-precision GEMMs (fp8 / mxfp8 / nvfp4; DeepSpeed
 has no FP8 training switch, the model's own Transformer Engine layers would be), virtual
 pipeline stages and schedules other than 1F1B (the pipeline engine runs one 1F1B schedule; this
-export writes ``PipelineModule`` only), a stage without a decoder layer (the export balances the
-stages by decoder layer), uneven first / last stages (``PipelineModule``'s ``partition_method``
-is ``uniform``, ``parameters`` or ``type:<regex>``, no explicit cut), ZeRO-2/3 beside a pipeline, AutoTP beside a pipeline or
+export writes ``PipelineModule`` only), a stage without a decoder layer (the export partitions the
+stages by decoder layer), a split of the layers over the stages that no ``partition_method``
+gives (``PipelineModule`` takes ``uniform``, ``parameters`` or ``type:<regex>``, no explicit cut;
+the recipe writes the ``type:`` regex under which DeepSpeed's ``partition_balanced`` reproduces
+the plan's layers per stage, ``partition_method``), ZeRO-2/3 beside a pipeline, AutoTP beside a pipeline or
 beside Ulysses, AutoTP with Megatron-style sequence parallelism (see ``autotp_sequence_parallel``),
 ring / hybrid context parallelism (DeepSpeed's is Ulysses), expert TP, ZeRO-3
 with full recomputation unless the plan priced DeepSpeed's extra parameter gather
@@ -34,12 +36,16 @@ ZeRO stage 3 is supported for both inference and training"); the AutoTP training
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Any
+
+import numpy as np
 
 from hardware_specs.errors import InputError
 from paraplan.exports import screen
 from paraplan.exports.common import (plan_fields, refuse_memory_features, require_model, selective_recompute_modules,
                                      stage_layer_counts, summary)
+from simulator.layout_string import parse_layout
 from simulator.parallel_config import Recompute, Schedule
 
 NAME = "deepspeed"
@@ -94,7 +100,9 @@ def _check(p: dict) -> None:
         raise InputError("model", f"linear-attention layers (Gated DeltaNet): not supported by this export "
                          f"({model.name}; the model code DeepSpeed wraps here has softmax attention only)",
                          "emit the plan's degrees by hand")
-    refuse_memory_features(p, RELEASE, supported=("offload_optimizer_fraction",))
+    refuse_memory_features(p, RELEASE, supported=("offload_optimizer_fraction", "pipeline_layout"))
+    if p.get("pipeline_layout") and p["vpp"] == 1:
+        parse_layout(p["pipeline_layout"]).check(model.num_layers, model.mtp_layers, p["pp"], "the plan's pipeline")
     if p.get("offload_optimizer_fraction") and (p["offload_optimizer_fraction"] != 1.0 or p["zero_stage"] == 0):
         raise InputError("offload_optimizer_fraction", "ZeRO-Offload moves the whole optimizer of ZeRO 1-3 to the "
                          "host", "plan with offload_optimizer_fraction 1 and zero_stage >= 1")
@@ -110,18 +118,22 @@ def _check(p: dict) -> None:
     if p["vpp"] > 1:
         raise InputError("vpp", f"DeepSpeed's pipeline engine runs one stage per rank, not vpp={p['vpp']}",
                          "use a plan with vpp 1, or emit megatron / torchtitan")
-    if pp > 1 and plan_stage_counts(p) != stage_layer_counts(model.num_layers, pp, 1, model.mtp_layers):
-        field = "first_stage_layers" if p.get("first_stage_layers") else "last_stage_layers"
-        raise InputError(field, f"the plan's stages hold {list(plan_stage_counts(p))} decoder layers, but "
-                         f"{RELEASE}'s PipelineModule cuts stages only by its partition_method ('uniform', "
-                         "'parameters' or 'type:<regex>', runtime/pipe/module.py _partition_layers), which balances "
-                         f"them as {list(stage_layer_counts(model.num_layers, pp))}",
-                         "plan with first_stage_layers 0 and last_stage_layers 0, or emit megatron")
-    if pp > 1 and min(stage_layer_counts(model.num_layers, pp)) < 1:
-        raise InputError("pp", f"this export balances PipelineModule's {pp} stages by decoder layer "
-                         "(partition_method='type:DecoderLayer'), which cannot leave a stage only the embedding or "
-                         f"only the loss as the plan's {model.num_layers} layers do", "use a plan with pp <= layers, "
-                         "or emit megatron / torchtitan")
+    if pp > 1 and min(plan_stage_counts(p)) < 1:
+        raise InputError("pp", f"the plan's stages hold {list(plan_stage_counts(p))} decoder layers; this export "
+                         "partitions PipelineModule's stages by decoder layer (partition_method='type:...'), which "
+                         "cannot leave a stage only the embedding or only the loss",
+                         "use a plan with pp <= layers, or emit megatron / torchtitan")
+    if pp > 1 and partition_method(p) is None:
+        ds_counts = deepspeed_stage_counts(model.num_layers, pp, 0, 0)
+        field = ("pipeline_layout" if p.get("pipeline_layout") else "first_stage_layers" if p.get("first_stage_layers")
+                 else "last_stage_layers" if p.get("last_stage_layers") else "pp")
+        raise InputError(field, f"the plan's stages hold {list(plan_stage_counts(p))} decoder layers, a split "
+                         f"{RELEASE}'s PipelineModule does not make: its partition_method 'type:<regex>' balances "
+                         "the layers the regex matches (runtime/pipe/module.py:412-417, partition_balanced in "
+                         f"runtime/utils.py:627), e.g. 'type:DecoderLayer' as {list(ds_counts)}, and no regex over "
+                         "the embedding, decoder layers and head gives the plan's split",
+                         f"simulate DeepSpeed's split (--pipeline-layout '{layout_string(ds_counts)}') and emit that "
+                         "plan, or emit megatron / torchtitan")
     if pp > 1 and Schedule(p["schedule"]) != Schedule.ONE_F_ONE_B:
         raise InputError("schedule", f"this export writes DeepSpeed's PipelineModule, whose engine runs 1F1B, not "
                          f"{p['schedule']}", "use the 1f1b schedule, or emit megatron / torchtitan")
@@ -193,9 +205,78 @@ def _check(p: dict) -> None:
 
 def plan_stage_counts(p: dict) -> tuple[int, ...]:
     """Decoder layers of each pipeline stage as the plan ``p`` priced them: its
-    ``first_stage_layers`` / ``last_stage_layers`` (0 = the even split) included."""
+    ``pipeline_layout``, else its ``first_stage_layers`` / ``last_stage_layers`` (0 = the even
+    split)."""
+    if p.get("pipeline_layout"):
+        return parse_layout(p["pipeline_layout"]).decoder
     return stage_layer_counts(p["model"].num_layers, p["pp"], 1, p["model"].mtp_layers,
                               p.get("first_stage_layers") or 0, p.get("last_stage_layers") or 0)
+
+
+#: the ``partition_method`` values the recipe may write, tried in this order, each with the
+#: weights DeepSpeed's ``_find_layer_type`` gives the embedding and the head LayerSpecs (every
+#: ``DecoderLayer`` weighs 1); the regex is searched case-insensitively in the class name
+#: (``runtime/pipe/module.py:322-341`` at 0.19.8), so it is anchored to whole names
+PARTITION_METHODS = (("type:^DecoderLayer$", 0, 0), ("type:^(Embedding|DecoderLayer)$", 1, 0),
+                     ("type:^(DecoderLayer|Head)$", 0, 1), ("type:^(Embedding|DecoderLayer|Head)$", 1, 1))
+
+
+@lru_cache(maxsize=1024)
+def deepspeed_stage_counts(num_layers: int, pp: int, embedding_weight: int, head_weight: int) -> tuple[int, ...]:
+    """Decoder layers per stage of ``PipelineModule(layers=[Embedding] + num_layers x
+    [DecoderLayer] + [Head], num_stages=pp, partition_method='type:<regex>')`` at DeepSpeed
+    0.19.8, the regex matching every decoder layer and the embedding / head when their weight is
+    1: ``_partition_layers`` (``runtime/pipe/module.py:412-417``) weighs each matched LayerSpec 1
+    and the others 0 and cuts with ``partition_balanced`` (``runtime/utils.py:627-665``), the
+    linear-partition dynamic programme that minimises a cut's largest less smallest stage
+    weight, ties going to the last cut point tried. Re-derived here (vectorised over the cut
+    point) so the export needs no DeepSpeed install; ``tests/test_exports_deepspeed.py`` checks
+    it against DeepSpeed's own ``_partition_layers``."""
+    weights = np.array([embedding_weight] + [1] * num_layers + [head_weight], dtype=float)
+    n, m = len(weights), pp
+    if n <= m:                        # partition_uniform's edge case: one LayerSpec a stage
+        bounds = [min(s, n) for s in range(m + 1)]
+    else:
+        prefix = np.concatenate(([0.0], np.cumsum(weights)))
+        dp_max = np.full((n + 1, m + 1), np.inf)
+        dp_min = np.full((n + 1, m + 1), np.inf)
+        dp_cost = np.full((n + 1, m + 1), np.inf)
+        position = np.zeros((n + 1, m + 1), dtype=int)
+        dp_max[0, 0] = dp_cost[0, 0] = 0
+        for i in range(1, n + 1):
+            for j in range(1, min(i, m) + 1):
+                last = prefix[i] - prefix[:i]
+                high = np.maximum(dp_max[:i, j - 1], last)
+                low = np.minimum(dp_min[:i, j - 1], last)
+                with np.errstate(invalid="ignore"):
+                    cost = high - low                      # inf - inf: nan, never below a finite cost
+                cost = np.where(np.isnan(cost), np.inf, cost)
+                k = int(np.flatnonzero(cost == cost.min())[-1])   # '>=': the last k of least cost
+                dp_cost[i, j], dp_max[i, j], dp_min[i, j], position[i, j] = cost[k], high[k], low[k], k
+        bounds = [n]
+        for j in range(m, 0, -1):
+            bounds.append(int(position[bounds[-1], j]))
+        bounds.reverse()
+    return tuple(max(0, min(b, num_layers + 1) - max(a, 1)) for a, b in zip(bounds[:-1], bounds[1:]))
+
+
+def partition_method(p: dict) -> str | None:
+    """The ``partition_method`` under which DeepSpeed's ``PipelineModule`` cuts the plan's
+    stages as the plan priced them (``plan_stage_counts``), or None when none of
+    ``PARTITION_METHODS`` does."""
+    want = plan_stage_counts(p)
+    for method, embedding, head in PARTITION_METHODS:
+        if deepspeed_stage_counts(p["model"].num_layers, p["pp"], embedding, head) == want:
+            return method
+    return None
+
+
+def layout_string(counts: tuple[int, ...]) -> str:
+    """``counts`` decoder layers per stage as a ``pipeline_layout`` string (embedding first,
+    loss last)."""
+    stages = [f"t*{c}" if c else "" for c in counts]
+    stages[0], stages[-1] = "E" + stages[0], stages[-1] + ("," if stages[-1] else "") + "L"
+    return "|".join(stages)
 
 
 def autotp_sequence_parallel(p: dict) -> None:
@@ -324,15 +405,16 @@ def recipe(plan_row: Any, note: str = "") -> str:
     if note:
         lines.append(f"# {note}")
     if p["pp"] > 1:
-        counts = plan_stage_counts(p)
-        lines += [f"#   PipelineModule: {p['pp']} stages; the plan's layers per stage {list(counts)};",
-                  "#   partition_method='type:<decoder layer class>' balances the decoder layers the same way",
-                  "#   (no stage longer than the plan's slowest); the config's data-parallel ranks are "
-                  f"dp={p['dp']}.",
+        counts, method = plan_stage_counts(p), partition_method(p)
+        lines += [f"#   PipelineModule: {p['pp']} stages; the plan's decoder layers per stage {list(counts)}, which",
+                  f"#   partition_method='{method}' gives (DeepSpeed weighs the LayerSpecs it matches 1,",
+                  "#   the others 0, and balances them: runtime/pipe/module.py _partition_layers); keep the class",
+                  "#   names Embedding / DecoderLayer / Head or edit the regex with them. The config's data-parallel "
+                  f"ranks are dp={p['dp']}.",
                   "from deepspeed.pipe import PipelineModule, LayerSpec",
                   "model = PipelineModule(layers=[LayerSpec(Embedding, ...)] + "
                   f"[LayerSpec(DecoderLayer, ...) for _ in range({model.num_layers})] + [LayerSpec(Head, ...)],",
-                  f"                       num_stages={p['pp']}, partition_method='type:DecoderLayer', loss_fn=loss_fn,",
+                  f"                       num_stages={p['pp']}, partition_method='{method}', loss_fn=loss_fn,",
                   "                       activation_checkpoint_interval="
                   f"{1 if Recompute(p['recompute']) == Recompute.FULL else 0})"]
     if p["cp"] > 1:
