@@ -11,7 +11,10 @@ The settings tests at the end need no torchtitan.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import re
 import sys
+import types
 import warnings
 
 import pytest
@@ -45,6 +48,9 @@ def tt():
 def load(tt, tmp_path_factory):
     folder = tmp_path_factory.mktemp("torchtitan_jobs")
     sys.path.insert(0, str(folder))
+    patched = pytest.MonkeyPatch()
+    if importlib.util.find_spec("torchao") is None:
+        without_the_base_jobs_float8(patched)
 
     def parse(name: str, text: str):
         module = f"paraplan_plan_{name.replace('-', '_')}"
@@ -53,6 +59,7 @@ def load(tt, tmp_path_factory):
         return tt["ConfigManager"]().parse_args(["--module", module, "--config", torchtitan.MODULE_NAME])
 
     yield parse
+    patched.undo()
     sys.path.remove(str(folder))
 
 
@@ -149,7 +156,17 @@ def test_config_manager_rejects_a_pipeline_export_that_keeps_cuda_graphs(load, c
     assert "CUDA graphs do not support pipeline parallelism" in said, said
 
 
-def test_the_registry_table_matches_the_installed_models(tt):
+def without_the_base_jobs_float8(monkeypatch):
+    """``llama3_405b()`` builds its own model with the float8 converter, which needs torchao (not
+    in the CPU test environment); the job the export writes replaces that model spec with its own
+    ``model_registry`` call, so the base job's is built here without converters."""
+    registry = importlib.import_module("torchtitan.models.llama3.config_registry")
+    real = registry.model_registry
+    monkeypatch.setattr(registry, "model_registry", lambda flavor, converters=None, **kw: real(flavor, **kw))
+
+
+def test_the_registry_table_matches_the_installed_models(tt, monkeypatch):
+    without_the_base_jobs_float8(monkeypatch)
     for entry in torchtitan.REGISTRY:
         module = importlib.import_module(f"torchtitan.models.{entry['module']}.config_registry")
         model = getattr(module, entry["config"])().model_spec.model
@@ -258,13 +275,13 @@ def test_plans_torchtitan_cannot_run_as_planned_are_refused_with_the_reason():
 
 def test_a_model_outside_the_registry_is_refused_naming_exactly_the_registry_models():
     # the message had said "Llama 3 8B/70B/405B, DeepSeek-V3 671B, Qwen3, gpt-oss, ..." while
-    # REGISTRY maps three models; it now lists REGISTRY itself
+    # REGISTRY mapped three models; it now lists REGISTRY itself (405B since it is mapped)
     with pytest.raises(InputError) as err:
         torchtitan.emit({**dict(ACCEPTED[0][1]), "model": "mixtral-8x7b"})
     assert err.value.field == "model"
     assert ("registry models this export maps (llama3 8B (llama3_8b), llama3 70B (llama3_70b), "
-            "deepseek_v3 671B (deepseek_v3_671b))") in str(err.value)
-    assert "405B" not in str(err.value)
+            "llama3 405B (llama3_405b), deepseek_v3 671B (deepseek_v3_671b))") in str(err.value)
+    assert "Qwen3" not in str(err.value)
 
 
 def test_the_export_names_the_release_it_is_for_and_its_launch_line():
@@ -442,3 +459,37 @@ def test_a_chunked_loss_under_cp_cuts_the_ranks_local_sequence():
     # 8192 local positions, so a chunk of 2048 tokens is 8192 / 2048 = 4 chunks (not 32)
     row = {**_allgather_cp_plan(), "loss_chunk_tokens": 2048}
     assert torchtitan.settings(row)["loss"] == {"kind": "chunked", "num_chunks": 4}
+
+
+def test_float8_leaves_the_output_layer_and_the_router_16_bit_as_the_plan_priced_them(tt):
+    """The plan prices the LM head in 16-bit under fp8 (simulator/layer_times.py, the model's
+    ends); torchtitan 0.3.0's Float8LinearConverter converts every linear whose dims divide by 16
+    unless ``filter_fqns`` names it (components/quantization/utils.py ``module_filter_fn``), so the
+    export names ``lm_head`` (8192 x 128256 here), and for an MoE model ``router.gate``, as
+    torchtitan's own llama3_405b / deepseek_v3_671b jobs do."""
+    from torchtitan.components.quantization.utils import module_filter_fn
+    from paraplan import api
+    row = api.simulate(model="llama3-70b", cluster="dgx-h100", gpus=64, tp=8, zero_stage=3, global_batch=64,
+                       dtype="fp8", stack="torchtitan-0.3", recompute="full").iloc[0].to_dict()
+    text = torchtitan.emit(row)
+    filters = re.search(r"filter_fqns=(\[[^\]]*\])", text)
+    assert filters is not None, text
+    skipped = eval(filters.group(1))                   # noqa: S307 - a list literal the export wrote
+    head = types.SimpleNamespace(in_features=8192, out_features=128256)
+    assert module_filter_fn(head, "lm_head", skipped) is False
+    assert module_filter_fn(head, "layers.0.feed_forward.w1", skipped) is True
+    assert torchtitan.float8_skipped({"arch": {"moe": (256, 8, 2048)}}) == ["lm_head", "router.gate"]
+
+
+def test_llama3_1_405b_runs_on_torchtitans_405b_registry_model(tt, load):
+    """torchtitan 0.3.0 ships Llama 3.1 405B (models/llama3/__init__.py llama3_configs["405B"]:
+    126 layers, dim 16384, 128 heads, 8 KV heads; config_registry.llama3_405b()), the shape of
+    paraplan's llama3.1-405b: its pp 16 x vpp 8 plan is written and the config manager builds it."""
+    from paraplan import api
+    row = api.simulate(model="llama3.1-405b", cluster="dgx-h100", gpus=16384, tp=8, pp=16, vpp=8,
+                       global_batch=2048, sequence_parallel=True, zero_stage=2,
+                       stack="torchtitan-0.3").iloc[0].to_dict()
+    text = torchtitan.emit(row)
+    assert "config_registry import llama3_405b" in text and "model_registry('405B'" in text
+    config = load("llama31_405b", text)
+    assert (config.parallelism.tensor_parallel_degree, config.parallelism.pipeline_parallel_degree) == (8, 16)

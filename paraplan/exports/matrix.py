@@ -82,7 +82,7 @@ MATRIX: tuple[tuple[str, dict, dict], ...] = (
     # the layout the Llama 3 authors ran (arXiv 2407.21783, section 3.3.2)
     ("embedding-loss-chunks", dict(model="llama3.1-405b", seq_len=8192, dp=1, tp=8, pp=4, vpp=32, micro_batch=1,
                                    global_batch=16, zero_stage=1, recompute="full", sequence_parallel=True),
-     {"torchtitan": "model", "deepspeed": "vpp"}),
+     {"deepspeed": "vpp"}),
     # DeepSeek-V3's 61 layers and MTP module on pp 16 x vpp 4 = 64 chunks: the MTP module alone on the last
     # virtual stage of rank 14, the loss alone on rank 15 (as in Megatron's own 'Et*3|(tt|)*29,m|L')
     ("mtp-alone-chunk", dict(model="deepseek-v3", seq_len=4096, dp=16, tp=2, pp=16, vpp=4, ep=32, micro_batch=1,

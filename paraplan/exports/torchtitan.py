@@ -94,7 +94,7 @@ RELEASE = "torchtitan 0.3.0"
 MODULE_NAME = "paraplan_plan"
 
 #: torchtitan 0.3.0 registry models and their architecture (torchtitan/models/llama3/__init__.py
-#: ``llama3_configs`` 8B / 70B and models/deepseek_v3/__init__.py ``deepseekv3_configs`` 671B at
+#: ``llama3_configs`` 8B / 70B / 405B and models/deepseek_v3/__init__.py ``deepseekv3_configs`` 671B at
 #: 0.3.0): a plan's model runs there when every listed field equals the ModelSpec's. ``router``:
 #: (score, expert bias, scaling factor, groups, group top-k, renormalised) of the registry's MoE
 #: router (0.3.0's ``_671b``: router_score_func sigmoid, router_route_scale 2.5,
@@ -108,6 +108,10 @@ REGISTRY = (
                   vocab_size=128256, moe=None, mla=False)},
     {"module": "llama3", "config": "llama3_70b", "flavor": "70B",
      "arch": dict(num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8, ffn_hidden_size=28672,
+                  vocab_size=128256, moe=None, mla=False)},
+    # llama3_configs["405B"] (models/llama3/__init__.py _405b) and config_registry.llama3_405b()
+    {"module": "llama3", "config": "llama3_405b", "flavor": "405B",
+     "arch": dict(num_layers=126, hidden_size=16384, num_heads=128, num_kv_heads=8, ffn_hidden_size=53248,
                   vocab_size=128256, moe=None, mla=False)},
     {"module": "deepseek_v3", "config": "deepseek_v3_671b", "flavor": "671B",
      "arch": dict(num_layers=61, hidden_size=7168, num_heads=128, ffn_hidden_size=18432, vocab_size=129280,
@@ -135,6 +139,18 @@ def registry_entry(model: ModelSpec) -> dict | None:
         if same:
             return entry
     return None
+
+
+def float8_skipped(entry: dict) -> list[str]:
+    """The linears the float8 converter must leave 16-bit for the job to run as priced
+    (``Float8LinearConverter.Config.filter_fqns``; it defaults to ``[]``, which converts every
+    linear whose dims divide by 16, the output projection included: components/quantization/
+    float8.py and utils.py ``module_filter_fn`` at 0.3.0). The step model keeps the output layer
+    16-bit under low-precision recipes (``simulator/layer_times.py``, the model's ends) and
+    counts the MoE router among the 16/32-bit parts (``cost_models/low_precision.py``), as
+    torchtitan's own jobs filter them: ``llama3_405b`` ``["lm_head"]``, ``deepseek_v3_671b``
+    ``["lm_head", "router.gate"]`` (models/*/config_registry.py)."""
+    return ["lm_head", "router.gate"] if entry["arch"]["moe"] else ["lm_head"]
 
 
 def registry_text() -> str:
@@ -450,7 +466,8 @@ def emit(plan_row: Any, note: str = "") -> str:
     reg = v["registry"]
     module = f"torchtitan.models.{reg['module']}"
     compiled_model = "model" in v["compile"]
-    converters = ("[Float8LinearConverter.Config(recipe_name=\"rowwise\""
+    converters = ("[Float8LinearConverter.Config(recipe_name=\"rowwise\", "
+                  f"filter_fqns={float8_skipped(reg)!r}"
                   + (", model_compile_enabled=True" if compiled_model else "") + ")]") if v["float8"] else "None"
     registry_args = [repr(reg["flavor"])]
     if reg["module"] == "deepseek_v3":
