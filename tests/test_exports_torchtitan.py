@@ -493,3 +493,21 @@ def test_llama3_1_405b_runs_on_torchtitans_405b_registry_model(tt, load):
     assert "config_registry import llama3_405b" in text and "model_registry('405B'" in text
     config = load("llama31_405b", text)
     assert (config.parallelism.tensor_parallel_degree, config.parallelism.pipeline_parallel_degree) == (8, 16)
+
+
+@pytest.mark.parametrize("model, scaling", [("llama3-8b", "none"), ("llama3.1-8b", "llama")])
+def test_the_job_rotates_with_the_planned_models_rope_not_llama_3_1s_for_llama_3(tt, load, model, scaling):
+    """torchtitan 0.3.0 builds its 8B / 70B / 405B with Llama 3.1's RoPE (models/llama3/__init__.py
+    ``ComplexRoPE.Config(theta=500000, scaling="llama")``, factor 8), while Llama 3 8B / 70B
+    rotate unscaled (their config.json has no rope_scaling; paraplan's llama3-8b: rope_scaling
+    empty, and the Megatron export omits --use-rope-scaling for it). The job sets every layer's
+    RoPE to the planned model's; Llama 3.1 keeps the registry's."""
+    from paraplan import api
+    row = api.simulate(model, "dgx-h100", gpus=16, global_batch=32, micro_batch=2, zero_stage=3,
+                       stack="torchtitan-0.3").iloc[0].to_dict()
+    text = torchtitan.emit(row)
+    assert ("layer.attention.rope.scaling = 'none'" in text) == (scaling == "none")
+    config = load(f"rope_{model.replace('.', '_')}", text)
+    ropes = [layer.attention.rope for layer in config.model_spec.model.layers]
+    assert len(ropes) == 32
+    assert {(r.theta, r.scaling, r.scaling_factor) for r in ropes} == {(500000, scaling, 8.0)}

@@ -102,15 +102,19 @@ MODULE_NAME = "paraplan_plan"
 #: deepseek_v3/__init__.py; common/moe.py divides the chosen scores by their sum when set), MoE
 #: load_balance_coeff 1e-3: the aux-loss-free bias), which the export cannot change: a model routed
 #: otherwise is not that registry model.
+#: the RoPE torchtitan 0.3.0 builds its Llama 3 8B / 70B / 405B with: Llama 3.1's frequency scaling
+#: (models/llama3/__init__.py ``_8b`` / ``_70b`` / ``_405b``: ``ComplexRoPE.Config(theta=500000,
+#: scaling="llama")``, models/common/rope.py ``scaling_factor: float = 8.0``): (theta, scaling, factor)
+LLAMA31_ROPE = (500000.0, "llama", 8.0)
 REGISTRY = (
-    {"module": "llama3", "config": "llama3_8b", "flavor": "8B",
+    {"module": "llama3", "config": "llama3_8b", "flavor": "8B", "rope": LLAMA31_ROPE,
      "arch": dict(num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, ffn_hidden_size=14336,
                   vocab_size=128256, moe=None, mla=False)},
-    {"module": "llama3", "config": "llama3_70b", "flavor": "70B",
+    {"module": "llama3", "config": "llama3_70b", "flavor": "70B", "rope": LLAMA31_ROPE,
      "arch": dict(num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8, ffn_hidden_size=28672,
                   vocab_size=128256, moe=None, mla=False)},
     # llama3_configs["405B"] (models/llama3/__init__.py _405b) and config_registry.llama3_405b()
-    {"module": "llama3", "config": "llama3_405b", "flavor": "405B",
+    {"module": "llama3", "config": "llama3_405b", "flavor": "405B", "rope": LLAMA31_ROPE,
      "arch": dict(num_layers=126, hidden_size=16384, num_heads=128, num_kv_heads=8, ffn_hidden_size=53248,
                   vocab_size=128256, moe=None, mla=False)},
     {"module": "deepseek_v3", "config": "deepseek_v3_671b", "flavor": "671B",
@@ -139,6 +143,28 @@ def registry_entry(model: ModelSpec) -> dict | None:
         if same:
             return entry
     return None
+
+
+def rope_overrides(model: ModelSpec, entry: dict) -> dict:
+    """The RoPE fields (torchtitan ``RoPE.Config`` names) the job must set on every layer so its
+    rotary embedding is ``model``'s, not the registry model's (``entry["rope"]``): Llama 3 8B / 70B
+    rotate unscaled (``scaling="none"``), where torchtitan's registry builds Llama 3.1's scaling.
+    Raises ``InputError`` for a scaling torchtitan's ``ComplexRoPE`` cannot express this way."""
+    if "rope" not in entry:
+        return {}
+    theta, scaling, factor = entry["rope"]
+    out = {}
+    if model.rope_theta and model.rope_theta != theta:
+        out["theta"] = float(model.rope_theta)
+    if not model.rope_scaling:
+        out["scaling"] = "none"
+    elif model.rope_scaling == "llama3":
+        if model.rope_scaling_factor and model.rope_scaling_factor != factor:
+            out["scaling_factor"] = float(model.rope_scaling_factor)
+    else:
+        raise InputError("model", f"{model.name}'s RoPE scaling {model.rope_scaling!r} is not one {RELEASE}'s "
+                         f"{entry['config']} model can take (ComplexRoPE: none or llama)", "emit megatron")
+    return out
 
 
 def float8_skipped(entry: dict) -> list[str]:
@@ -420,7 +446,8 @@ def _values(p: dict, s: dict) -> dict:
                 Recompute(p["recompute"]), "none"),
             "async_tp": overlap, "float8": p["dtype"] == "fp8",
             "compile": _compile_components(p, overlap),
-            "mtp_layers": s["model"].mtp_layers, "registry": dict(s["entry"]), "loss": dict(s["loss"])}
+            "mtp_layers": s["model"].mtp_layers, "registry": dict(s["entry"]), "loss": dict(s["loss"]),
+            "rope": rope_overrides(s["model"], s["entry"])}
 
 
 def async_tp(p: dict) -> bool:
@@ -500,6 +527,10 @@ def emit(plan_row: Any, note: str = "") -> str:
     lines += ["", "", f"def {MODULE_NAME}():",
               f"    config = {reg['config']}()",
               f"    config.model_spec = model_registry({', '.join(registry_args)})"]
+    if v["rope"]:
+        # the registry model's RoPE is Llama 3.1's; every layer holds its own RoPE config
+        lines.append("    for layer in config.model_spec.model.layers:   # the rotary embedding the plan's model has")
+        lines += [f"        layer.attention.rope.{k} = {value!r}" for k, value in v["rope"].items()]
     # the loss as priced: the registry function's loss is ChunkedLossWrapper with 8 chunks,
     # whatever the plan priced, so it is always replaced
     vocab = "global_vocab_size=decoder_vocab_size(config.model_spec)"
