@@ -7,6 +7,7 @@ in every column name as ``paraplan.api`` gives training rows.
 The inputs are those of ``paraplan serve simulate`` / ``serve plan`` (same defaults: the
 checkpoint's weight format where it states one, else fp8 on GPUs with FP8 tensor cores, else
 bf16), plus what-if hardware: ``gpu`` (another accelerator on the same fabric),
+``hbm_gib`` (the GPU's device memory, GiB: the KV-cache pool and so the batch a rank holds),
 ``hbm_tb_per_s`` (the GPU's memory bandwidth, TB/s), ``scaleup_gbit_per_s`` /
 ``scaleout_gbit_per_s`` (NVLink / NIC bandwidth per GPU, one direction, Gb/s). A dense model has
 no routed experts, so its expert fields are missing, as ``serve simulate --json`` / ``serve plan
@@ -41,8 +42,8 @@ from simulator.serving.simulate import DECODE_PARTS, MEMORY_PARTS, simulate_serv
 
 #: the fixed inputs of a deployment's context (``serving_context``)
 CONTEXT_FIELDS = ("backend", "backend_version", "precision", "expert_precision", "kv_cache_dtype",
-                  "speculative_tokens", "draft_acceptance", "draft_model", "gpu", "hbm_tb_per_s", "scaleup_gbit_per_s",
-                  "scaleout_gbit_per_s")
+                  "speculative_tokens", "draft_acceptance", "draft_model", "gpu", "hbm_gib", "hbm_tb_per_s",
+                  "scaleup_gbit_per_s", "scaleout_gbit_per_s")
 #: the layout and load of an aggregated deployment (``serve_simulate``)
 DEPLOYMENT_FIELDS = ("isl", "osl", "tp", "pp", "adp", "moe_tp", "moe_ep", "batch", "workers")
 #: what ``serve_sweep`` may sweep
@@ -112,7 +113,7 @@ def _without_expert_split(plan: ServingPlan) -> ServingPlan:
 #: (or None): a value of another kind is an ``InputError`` naming the keyword ('3' TB/s was read
 #: as 3, a backend_version of 5 passed unchecked)
 _TEXT_FIELDS = ("backend_version", "precision", "expert_precision")
-_NUMBER_FIELDS = ("hbm_tb_per_s", "scaleup_gbit_per_s", "scaleout_gbit_per_s", "draft_acceptance")
+_NUMBER_FIELDS = ("hbm_gib", "hbm_tb_per_s", "scaleup_gbit_per_s", "scaleout_gbit_per_s", "draft_acceptance")
 
 
 def _check_kinds(values: Mapping[str, Any]) -> None:
@@ -174,7 +175,7 @@ def serving_context(model: str | ModelSpec, system: str, backend: str = "vllm", 
                     expert_precision: str | None = None, kv_cache_dtype: str = "auto",
                     speculative_tokens: int | None = None, draft_acceptance: float | None = None,
                     draft_model: str | None = None,
-                    gpu: str | None = None, hbm_tb_per_s: float | None = None,
+                    gpu: str | None = None, hbm_gib: float | None = None, hbm_tb_per_s: float | None = None,
                     scaleup_gbit_per_s: float | None = None,
                     scaleout_gbit_per_s: float | None = None) -> ServingContext:
     """The ``ServingContext`` ``serve simulate`` would build, on the what-if hardware, refusing
@@ -184,17 +185,17 @@ def serving_context(model: str | ModelSpec, system: str, backend: str = "vllm", 
         return _serving_context(model, system, backend, backend_version=backend_version, precision=precision,
                                 expert_precision=expert_precision, kv_cache_dtype=kv_cache_dtype,
                                 speculative_tokens=speculative_tokens, draft_acceptance=draft_acceptance,
-                                draft_model=draft_model, gpu=gpu, hbm_tb_per_s=hbm_tb_per_s,
+                                draft_model=draft_model, gpu=gpu, hbm_gib=hbm_gib, hbm_tb_per_s=hbm_tb_per_s,
                                 scaleup_gbit_per_s=scaleup_gbit_per_s, scaleout_gbit_per_s=scaleout_gbit_per_s)
     except InputError as exc:
         raise _keyword_error(exc, CONTEXT_FIELDS + ("model", "system")) from None
 
 
 def _serving_context(model, system, backend, *, backend_version, precision, expert_precision, kv_cache_dtype,
-                     speculative_tokens, draft_acceptance, draft_model, gpu, hbm_tb_per_s, scaleup_gbit_per_s,
-                     scaleout_gbit_per_s) -> ServingContext:
+                     speculative_tokens, draft_acceptance, draft_model, gpu, hbm_gib, hbm_tb_per_s,
+                     scaleup_gbit_per_s, scaleout_gbit_per_s) -> ServingContext:
     _check_kinds({"backend_version": backend_version, "precision": precision, "expert_precision": expert_precision,
-                  "hbm_tb_per_s": hbm_tb_per_s, "scaleup_gbit_per_s": scaleup_gbit_per_s,
+                  "hbm_gib": hbm_gib, "hbm_tb_per_s": hbm_tb_per_s, "scaleup_gbit_per_s": scaleup_gbit_per_s,
                   "scaleout_gbit_per_s": scaleout_gbit_per_s, "draft_acceptance": draft_acceptance})
     for name, value in (("backend", backend), ("system", system)):
         if not isinstance(value, str):      # None / 5 / ["vllm"] reached pathlib as a TypeError
@@ -202,9 +203,10 @@ def _serving_context(model, system, backend, *, backend_version, precision, expe
                              "e.g. 'vllm'" if name == "backend" else "e.g. 'dgx-h100'")
     check_release(backend, backend_version)
     spec = model if isinstance(model, ModelSpec) else load_model(model)
-    # the memory-bandwidth what-if is the training API's (paraplan.api.what_if_gpu): one set of
-    # bounds and one error, naming the unit
-    cluster = what_if_cluster(system, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s, hbm_tb_per_s=hbm_tb_per_s)
+    # the memory what-ifs (capacity, bandwidth) are the training API's (paraplan.api.what_if_gpu):
+    # one set of bounds and one error, naming the unit
+    cluster = what_if_cluster(system, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s, hbm_gib=hbm_gib,
+                              hbm_tb_per_s=hbm_tb_per_s)
     dense, expert = default_formats(spec, cluster.gpu, precision, expert_precision)     # as serve simulate
     ctx = ServingContext.build(spec, cluster, backend, dense, expert, kv_cache_dtype, backend_version=backend_version,
                                speculative_tokens=speculative_tokens, draft_acceptance=draft_acceptance,

@@ -178,3 +178,28 @@ def test_hbm_bandwidth_what_if_scales_the_memory_bound_decode():
     base, same = serve_simulate(**BASE).iloc[0], serve_simulate(**BASE, hbm_tb_per_s=3.35).iloc[0]
     assert same.tpot_ms == pytest.approx(base.tpot_ms, rel=1e-12)
     assert serve_simulate(**BASE, hbm_tb_per_s=6.7).iloc[0].tpot_ms < base.tpot_ms
+
+
+def test_an_hbm_capacity_what_if_is_the_gpu_with_that_much_memory(tmp_path):
+    # the training API sweeps hbm_gib; the serving one refused it ("cannot sweep 'hbm_gib'").
+    # An H100 with 141 GiB (the catalog's H100 file with hbm_gib: 141, passed as gpu=) is the what-if's
+    # deployment in every column; only the memory moves: vLLM keeps gpu_memory_utilization 0.9 of the
+    # HBM, so the KV pool grows by 0.9 x (141 - 80) = 54.9 GiB and the batch a rank holds with it
+    from pathlib import Path
+    src = Path(__file__).resolve().parents[1] / "hardware_specs" / "gpus" / "h100-sxm-80gb.yaml"
+    text = src.read_text()
+    assert "\nhbm_gib: 80\n" in text
+    yaml = tmp_path / "h100-141.yaml"
+    yaml.write_text(text.replace("\nhbm_gib: 80\n", "\nhbm_gib: 141\n"))
+    swept = serve_sweep(BASE, "hbm_gib", [80, 141])
+    assert list(swept.swept_hbm_gib) == [80, 141] and (swept.error == "").all()
+    catalog, by_file = serve_simulate(**BASE).iloc[0], serve_simulate(**BASE, gpu=str(yaml)).iloc[0]
+    for row, want in ((swept.iloc[0], catalog), (swept.iloc[1], by_file)):
+        for col in want.index:
+            assert str(row[col]) == str(want[col]), col
+    assert swept.kv_pool_gib.iloc[1] - swept.kv_pool_gib.iloc[0] == pytest.approx(0.9 * (141 - 80), rel=1e-9)
+    assert swept.max_batch_per_rank.iloc[1] > 2 * swept.max_batch_per_rank.iloc[0]
+    assert swept.tpot_ms.iloc[1] == swept.tpot_ms.iloc[0]       # the bandwidth and FLOP/s are the same
+    with pytest.raises(InputError) as bad:
+        serve_simulate(**BASE, hbm_gib="141")
+    assert bad.value.field == "hbm_gib"
