@@ -144,6 +144,10 @@ _BOOL_FIELDS = set(BOOL_FIELDS)
 
 def check_field(name: str) -> str:
     """``name`` if :func:`sweep` accepts it, else ``InputError`` with the closest known names."""
+    if name == "headroom_gib":      # an input of simulate, and the rows' column of the HBM left free
+        raise InputError("field", "headroom_gib is not a sweep axis: the rows' headroom_gib column is the HBM "
+                         "each leaves free, not the headroom asked for", "give headroom_gib in the base (every "
+                         "value is judged with it), or compare memory_gib + a headroom with hbm_gib")
     if name not in SWEEP_FIELDS:
         raise InputError("field", f"unknown field {name!r}", suggest(str(name), SWEEP_FIELDS))
     return name
@@ -425,6 +429,12 @@ def config_label(config: Mapping[str, Any]) -> str:
     return " ".join(p for p in pieces if p)
 
 
+#: the key of a ``StepReport``'s ``extras`` that holds the headroom (bytes per GPU) a caller of
+#: :func:`simulate_report` asked the run to keep (``headroom_gib``; absent: the default), as
+#: ``paraplan simulate --json`` names it
+HEADROOM_EXTRA = "headroom_required_bytes"
+
+
 def report_row(report: StepReport, model: ModelSpec | None = None,
                cluster: ClusterSpec | None = None, stack: str | None = None,
                efficiency: EfficiencyModel | None = None) -> dict:
@@ -455,8 +465,10 @@ def report_row(report: StepReport, model: ModelSpec | None = None,
     row["headroom_gib"] = float(report.headroom_bytes) / GIB
     # host memory per GPU that activation offload needs (as api.plan's and sweep_grid's column)
     row["host_memory_gib"] = float(report.extras.get("host_memory_bytes", 0.0)) / GIB
-    # HBM with the headroom a run keeps and the host memory offload needs, as ``paraplan simulate``
-    row["fits"] = headroom.report_fits(report)
+    # HBM with the headroom a run keeps (the one it was simulated with, ``simulate_report``'s
+    # headroom_gib, else the default) and the host memory offload needs, as ``paraplan simulate``
+    keep = report.extras.get(HEADROOM_EXTRA)
+    row["fits"] = headroom.report_fits(report, None if keep is None else keep / GIB)
     row["scaleout_gbit_per_s"] = cluster.scaleout.bw_bytes_per_s / GBIT if cluster is not None else np.nan
     row["scaleup_gbit_per_s"] = cluster.scaleup.bw_bytes_per_s / GBIT if cluster is not None else np.nan
     row["efficiency_fitted"] = _efficiency_fitted(cluster, efficiency) if cluster is not None else None
@@ -510,12 +522,19 @@ def simulate_report(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpus:
                     hbm_gib: float | None = None, hbm_tb_per_s: float | None = None,
                     peak_flops_scale: float | None = None,
                     efficiency: EfficiencyModel | None = None, stack: str | StackSpec = DEFAULT_STACK,
-                    **config_fields):
-    """Like :func:`simulate` but returns ``(StepReport, ModelSpec, ClusterSpec)``."""
+                    headroom_gib: float | None = None, **config_fields):
+    """Like :func:`simulate` but returns ``(StepReport, ModelSpec, ClusterSpec)``.
+
+    ``headroom_gib`` (GiB per GPU a run keeps free, ``paraplan simulate --headroom-gib``; None:
+    ``simulator.headroom``'s 5% of HBM) is checked first, as the command does, and kept in the
+    report's ``extras[HEADROOM_EXTRA]`` (bytes), from which :func:`report_row` judges ``fits``;
+    ``headroom.report_fits(report, headroom_gib)`` gives the same answer."""
     _check_efficiency(efficiency)
     model_spec = _model(model, seq_len)
     cluster_spec = what_if_cluster(cluster, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s, hbm_gib=hbm_gib,
                                    hbm_tb_per_s=hbm_tb_per_s, peak_flops_scale=peak_flops_scale)
+    # a bad headroom fails before anything is computed (as paraplan simulate): negative, NaN, all of the HBM
+    keep_gib = None if headroom_gib is None else headroom.headroom_gib(cluster_spec.gpu.hbm_bytes, headroom_gib)
     config_fields = with_stack_fields(model_spec, cluster_spec, stack, config_fields)
     if config_fields.get("zero_stage") is None:
         # dp and cp resolved before the stack's ZeRO stage is known: without the hybrid-sharding
@@ -531,6 +550,8 @@ def simulate_report(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpus:
                                                        cluster_spec.gpu.name, config.dtype)
         config = build_config(model_spec, gpus, **config_fields)
     report = _simulate(model_spec, cluster_spec, config, n_gpus=gpus, efficiency=efficiency)
+    if keep_gib is not None:
+        report = replace(report, extras={**report.extras, HEADROOM_EXTRA: keep_gib * GIB})
     return report, model_spec, cluster_spec
 
 
@@ -544,7 +565,11 @@ def simulate(model: str | ModelSpec, cluster: str | ClusterSpec, **fields) -> pd
             recompute="selective", sequence_parallel=True, ...``), ``global_batch`` (sequences)
             or ``global_batch_tokens``, and the what-if fields ``gpus``, ``gpu``, ``seq_len``,
             ``scaleout_gbit_per_s``, ``scaleup_gbit_per_s``, ``hbm_gib``, ``hbm_tb_per_s``,
-            ``peak_flops_scale`` (``what_if_gpu``); ``efficiency`` (an
+            ``peak_flops_scale`` (``what_if_gpu``); ``headroom_gib`` (GiB per GPU the run keeps
+            free, as ``paraplan simulate --headroom-gib`` and ``plan(headroom_gib=)``: ``fits``
+            is peak memory + headroom <= HBM, and the host memory offload needs fits; default 5%
+            of HBM, ``simulator.headroom``; the row's ``headroom_gib`` column stays the HBM left
+            free); ``efficiency`` (an
             ``EfficiencyModel``) overrides the GPU generation's fitted one; ``stack`` (default
             ``megatron-core``) the software stack whose behaviour fills the fields not given
             (``zero_stage`` too: the stack's ``default_zero_stage``, 0 when dp*cp is 1).
@@ -765,9 +790,11 @@ def best_plan(model, cluster, gpus: int, global_batch_tokens: int | str | None =
     # the winner re-simulated on the stack the planner scored it with
     # ... and with the efficiency model it was searched with (without it the row was timed on
     # the cluster's own model: another step time than the table's winner)
+    # ... and judged against the headroom it was planned with (plan(headroom_gib=0)'s winner, planned
+    # to the last GiB, came back fits False against the default 5%)
     row = simulate(model, cluster, **{k: v for k, v in what_if.items() if v is not None},
                    stack=constraints.get("stack") or DEFAULT_STACK, efficiency=constraints.get("efficiency"),
-                   **config)
+                   headroom_gib=constraints.get("headroom_gib"), **config)
     row.attrs["explain"] = plans.attrs.get("explain", "")
     return row
 
@@ -826,7 +853,7 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
                                                 seq_len=spec.seq_len)
     config = {k: _plain(row[k]) for k in CONFIG_FIELDS if k in row}
     out = simulate(model, cluster, **{k: v for k, v in what_if.items() if v is not None},
-                   stack=kwargs["stack"], efficiency=eff, **config)
+                   stack=kwargs["stack"], efficiency=eff, headroom_gib=kwargs.get("headroom_gib"), **config)
     out.attrs.update(rank=rank, slowdown=slowdown, explain=plans.attrs.get("explain", ""))
     return out
 
