@@ -676,19 +676,26 @@ def _cross_unfit(ax, df: pd.DataFrame, x: str, y: str = "tokens_per_s") -> None:
 def bandwidth(data: Any, path: str | Path | None = None, *, x: str = "scaleout_gbit_per_s",
               hue: str | None = None, title: str | None = None) -> Figure:
     """Left: tokens/s against a link's bandwidth (one line per ``hue`` value), each point marked
-    with its change relative to the highest bandwidth (the highest ``x``, for another numeric
-    field) and crossed where the row does not fit in memory (``fits`` False); right: the exposed
-    communication parts (seconds per step) of the first series."""
+    with its change relative to its own series' highest bandwidth (the highest ``x``, for another
+    numeric field) and crossed where the row does not fit in memory (``fits`` False); right: the
+    exposed communication parts (seconds per step), one stacked bar per series at each ``x``,
+    side by side and outlined in the series' line colour.
+
+    ``hue`` defaults as :func:`scaling`'s: whichever of ``model``, ``cluster`` and ``gpu`` varies
+    across the rows (two systems' sweeps were drawn as one zig-zag line, each point's change
+    taken against the other system's fastest row, and their communication bars stacked on each
+    other)."""
     df = _checked(data, ("tokens_per_s",), path, x=x, hue=hue)
     _require_numeric(df, x, "compare clusters, GPUs or models at one setting with plots.breakdown")
+    hue = hue if hue is not None else _default_hue(df, x)
     df = _checked(df, ("tokens_per_s",), drawn=(x, "tokens_per_s"), x=x)
     fig = Figure(figsize=(12, 4.8), dpi=110)
     ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
     groups: Iterable = df.groupby(hue, sort=False) if hue else [(None, df)]
-    first = None
+    series_rows, series_keys, series_colors = [], [], []
     for series, (key, g) in enumerate(groups):
+        key = key[0] if isinstance(key, tuple) and len(key) == 1 else key
         g = g.sort_values(x)
-        first = g if first is None else first
         xs = g[x].to_numpy(dtype=float)
         tps = g["tokens_per_s"].to_numpy(dtype=float)
         line, = ax.plot(xs, tps, "-o", label=str(key) if key is not None else "tokens/s")
@@ -696,6 +703,9 @@ def bandwidth(data: Any, path: str | Path | None = None, *, x: str = "scaleout_g
         for xi, t in zip(xs, tps):   # alternate above / below so coinciding series stay readable
             ax.annotate(f"{100 * (t / ref - 1):+.1f}%", (xi, t), xytext=(0, 7 if series % 2 == 0 else -14),
                         textcoords="offset points", ha="center", fontsize=8, color=line.get_color())
+        series_rows.append(g)
+        series_keys.append(key)
+        series_colors.append(line.get_color())
     _cross_unfit(ax, df, x)
     xs_all = np.sort(df[x].unique().astype(float))
     for a in (ax, ax2):
@@ -707,28 +717,41 @@ def bandwidth(data: Any, path: str | Path | None = None, *, x: str = "scaleout_g
     ax.set_ylim(lo - 0.15 * (hi - lo) - 0.02 * hi, hi + 0.15 * (hi - lo) + 0.02 * hi)
     _count_axis(ax.yaxis)
     ax.legend(fontsize=8, loc="lower right")
-    ax.set_title(f"throughput (% vs the highest {'bandwidth' if x in BANDWIDTH_FIELDS else x})", fontsize=9)
-    parts = [p for p in COMM_PARTS if p in first.columns and first[p].fillna(0).sum() > 0]
-    bottom = np.zeros(len(first))
-    fx = first[x].to_numpy(dtype=float)
-    if _log_axis(xs_all):   # half the narrowest gap, in octaves
+    ax.set_title(f"throughput (% vs the highest {'bandwidth' if x in BANDWIDTH_FIELDS else x}"
+                 f"{' of each series' if len(series_rows) > 1 else ''})", fontsize=9)
+    parts = [p for p in COMM_PARTS if p in df.columns and df[p].fillna(0).sum() > 0]
+    n = len(series_rows)
+    if _log_axis(xs_all):   # half the narrowest gap, in octaves, shared by the series' bars
         width = np.diff(np.log2(xs_all)).min() * 0.5 if len(xs_all) > 1 else 0.5
-        left_edge, right_edge = fx * 2 ** (-width / 2), fx * 2 ** (width / 2)
+        edges = lambda fx, k: (fx * 2 ** (-width / 2 + k * width / n), fx * 2 ** (-width / 2 + (k + 1) * width / n))
     else:                   # a zero or negative x: half the narrowest gap, in x's own units
         width = np.diff(xs_all).min() * 0.5 if len(xs_all) > 1 else 1.0
-        left_edge, right_edge = fx - width / 2, fx + width / 2
-    for part in parts:
-        vals = first[part].fillna(0).to_numpy(dtype=float)
-        ax2.bar(left_edge, vals, width=right_edge - left_edge, bottom=bottom, align="edge",
-                color=_color(part, TIME_PARTS), label=TIME_LABELS.get(part, part), edgecolor="white")
-        bottom += vals
+        edges = lambda fx, k: (fx - width / 2 + k * width / n, fx - width / 2 + (k + 1) * width / n)
+    labelled: set[str] = set()
+    for k, (g, color) in enumerate(zip(series_rows, series_colors)):
+        left_edge, right_edge = edges(g[x].to_numpy(dtype=float), k)
+        bottom = np.zeros(len(g))
+        for part in parts:
+            vals = g[part].fillna(0).to_numpy(dtype=float)
+            ax2.bar(left_edge, vals, width=right_edge - left_edge, bottom=bottom, align="edge",
+                    color=_color(part, TIME_PARTS), label=None if part in labelled else TIME_LABELS.get(part, part),
+                    edgecolor=color if n > 1 else "white", linewidth=1.2 if n > 1 else None)
+            labelled.add(part)
+            bottom += vals
     ax2.set_ylabel("communication on the critical path (s per step)")
     if parts:
-        ax2.legend(fontsize=8, loc="upper right")
+        handles, names = ax2.get_legend_handles_labels()
+        if n > 1:       # which bar is which series: outlined in the series' line colour, in legend order
+            from matplotlib.patches import Patch
+            handles += [Patch(facecolor="white", edgecolor=c, linewidth=1.2) for c in series_colors]
+            names += [f"{key} (outline)" for key in series_keys]
+            ax2.set_ylim(0, ax2.get_ylim()[1] * (1 + 0.08 * len(handles)))      # room for the legend
+        ax2.legend(handles, names, fontsize=8, loc="upper right")
     else:       # one GPU: nothing is communicated, and an empty legend warned on stderr
         ax2.text(0.5, 0.5, "no communication on the critical path", transform=ax2.transAxes, ha="center",
                  va="center", fontsize=9, color="0.4")
-    series = f" ({first[hue].iloc[0]})" if hue else ""
+    series = (f" ({series_keys[0]})" if hue and n == 1 else
+              f" (bars left to right: {', '.join(map(str, series_keys))})" if n > 1 else "")
     ax2.set_title(f"exposed communication{series}", fontsize=9)
     subject = _subject(df)
     fig.suptitle(title or f"Sensitivity to {_bw_label(x).split(' (')[0]}{': ' + subject if subject else ''}",
