@@ -11,6 +11,10 @@ so they render with the Agg canvas on a headless machine and display inline in J
 * :func:`pareto` -- plans by throughput and memory, with the Pareto frontier;
 * :func:`scaling` -- tokens/s and MFU against the GPU count (one line per model, cluster or ``hue``);
 * :func:`bandwidth` -- throughput and exposed communication against network bandwidth.
+
+A number a figure writes that rests on an unfitted prior efficiency model (a row with
+``efficiency_fitted`` False: step time, tokens/s, MFU, their shares) carries the CLI tables'
+mark, ``3.52 s *``, and the line above the figure says what ``*`` means (``prior_note``).
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from hardware_specs.efficiency_model import PRIOR_MARK
 from hardware_specs.errors import InputError, suggest, whole_number
 from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
 
@@ -189,17 +194,32 @@ def _subject(df: pd.DataFrame) -> str:
     return " ".join(parts)
 
 
+def prior_mask(df: pd.DataFrame) -> np.ndarray:
+    """True for the rows whose times rest on an unfitted prior efficiency model
+    (``efficiency_fitted`` False, ``paraplan.priors``); all False without the column."""
+    if "efficiency_fitted" not in df.columns:
+        return np.zeros(len(df), dtype=bool)
+    return df["efficiency_fitted"].astype(object).eq(False).to_numpy()
+
+
+def prior_marks(df: pd.DataFrame) -> list[str]:
+    """Per row, what follows a number the figure writes that rests on the row's times (a step
+    time, tokens/s, MFU, a share of them): ``" *"`` (``PRIOR_MARK``, as the CLI's tables mark
+    such a cell, ``paraplan.priors``) for a row on an unfitted prior, else nothing. Memory rests
+    on no efficiency model and is written unmarked, as the tables print it."""
+    return [f" {PRIOR_MARK}" if p else "" for p in prior_mask(df)]
+
+
 def prior_note(df: pd.DataFrame) -> str | None:
     """The line a figure carries when any of its rows rests on an unfitted prior efficiency model
-    (``efficiency_fitted`` False, ``paraplan.priors``), as the tables mark such numbers; else None."""
-    if "efficiency_fitted" not in df.columns:
-        return None
-    prior = df["efficiency_fitted"].astype(object).eq(False)
+    (``efficiency_fitted`` False, ``paraplan.priors``), saying what the ``PRIOR_MARK`` beside
+    such numbers means (``prior_marks``), as the tables' footnote does; else None."""
+    prior = prior_mask(df)
     if not prior.any():
         return None
     gpus = sorted({str(g) for g in df.loc[prior, "gpu"]}) if "gpu" in df.columns else []
-    return (f"{', '.join(gpus) or 'these GPUs'}: an unfitted prior efficiency model; no measured run has "
-            "checked these numbers (read them as a sketch)")
+    return (f"{PRIOR_MARK} = {', '.join(gpus) or 'these GPUs'}: an unfitted prior efficiency model; no measured "
+            f"run has checked the numbers marked {PRIOR_MARK} (read them as a sketch)")
 
 
 def _finish(fig: Figure, path: str | Path | None, df: pd.DataFrame | None = None) -> Figure:
@@ -263,12 +283,14 @@ def breakdown(data: Any, path: str | Path | None = None, *, label: str | None = 
     total = df["step_time_s"].to_numpy(dtype=float) if "step_time_s" in df.columns else left
     mfu = _mfu_pct(df)
     unfit = unfit_mask(df)
+    marks = prior_marks(df)
     for yi, t, i in zip(y, total, range(len(df))):
-        text = f" {t:.2f} s"
+        mark = marks[i]
+        text = f" {t:.2f} s{mark}"
         if "tokens_per_s" in df.columns and np.isfinite(df["tokens_per_s"].iloc[i]):
-            text += f"  ({_thousands(df['tokens_per_s'].iloc[i])} tok/s"
+            text += f"  ({_thousands(df['tokens_per_s'].iloc[i])} tok/s{mark}"
             if mfu is not None and np.isfinite(mfu.iloc[i]):
-                text += f", MFU {mfu.iloc[i]:.0f}%"
+                text += f", MFU {mfu.iloc[i]:.0f}%{mark}"
             text += ")"
         if unfit[i]:
             text += "  " + UNFIT_LABEL
@@ -383,8 +405,9 @@ def roofline(ops: pd.DataFrame, path: str | Path | None = None, *, title: str | 
     ax = fig.add_subplot()
     ax.loglog(xs, np.minimum(peak, xs * bw), color="black", linewidth=1.8,
               label=f"datasheet roofline ({peak:.0f} TFLOP/s, {bw:.2f} TB/s)")
+    mark = prior_marks(df.iloc[:1])[0]     # the achieved rates are the efficiency model's
     ax.loglog(xs, np.minimum(apeak, xs * abw), color="gray", linestyle="--", linewidth=1.2,
-              label=f"achievable ceiling ({apeak:.0f} TFLOP/s, {abw:.2f} TB/s)")
+              label=f"achievable ceiling ({apeak:.0f} TFLOP/s{mark}, {abw:.2f} TB/s{mark})")
     ridge = peak / bw
     ax.axvline(ridge, color="black", alpha=0.25, linewidth=0.8)
     ax.text(ridge, peak * 0.02, f"  ridge {ridge:.0f} FLOP/B", fontsize=8, rotation=90, va="bottom", alpha=0.7)
@@ -509,10 +532,11 @@ def pareto(plans: Any, path: str | Path | None = None, *, x: str = "memory_gib",
     # number the frontier's fastest plans and list them in a box (labels beside crowded points overlap)
     shown = front.sort_values(y, ascending=False).head(annotate)
     legend_lines = []
+    marks = prior_marks(df)
     for rank, (i, row) in enumerate(shown.iterrows(), start=1):
         ax.annotate(str(rank), (row[x], row[y]), xytext=(-3, 6 if rank % 2 else -14), textcoords="offset points",
                     fontsize=8, fontweight="bold", color="#C44E52", ha="right")
-        legend_lines.append(f"{rank}. {labels[i]}  ({_thousands(row[y])} tok/s, {row[x]:.1f} GiB)"
+        legend_lines.append(f"{rank}. {labels[i]}  ({_thousands(row[y])} tok/s{marks[i]}, {row[x]:.1f} GiB)"
                             if y == "tokens_per_s" and x == "memory_gib" else f"{rank}. {labels[i]}")
     if legend_lines:     # numbered by y, highest first: 'fastest' only when y is the throughput
         ranked = "fastest" if y == "tokens_per_s" else f"highest {_axis_name(y)}"
@@ -577,9 +601,9 @@ def scaling(data: Any, path: str | Path | None = None, *, x: str = "n_gpus", hue
         elif ok.any():
             ideal = np.full(len(xs), float(np.nanmax(tps)))
         if ok.any():
-            for xi, t, ide in zip(xs, tps, ideal):
+            for xi, t, ide, mark in zip(xs, tps, ideal, prior_marks(g)):
                 if np.isfinite(t):
-                    ax.annotate(f"{100 * t / ide:.0f}%", (xi, t), xytext=(-4, 8), textcoords="offset points",
+                    ax.annotate(f"{100 * t / ide:.0f}%{mark}", (xi, t), xytext=(-4, 8), textcoords="offset points",
                                 ha="right", fontsize=8, color=color)
         mfu = mfu_all[g.index.to_numpy()]
         mfu_color = "#DD8452" if hue is None else color
@@ -700,8 +724,8 @@ def bandwidth(data: Any, path: str | Path | None = None, *, x: str = "scaleout_g
         tps = g["tokens_per_s"].to_numpy(dtype=float)
         line, = ax.plot(xs, tps, "-o", label=str(key) if key is not None else "tokens/s")
         ref = tps[-1]
-        for xi, t in zip(xs, tps):   # alternate above / below so coinciding series stay readable
-            ax.annotate(f"{100 * (t / ref - 1):+.1f}%", (xi, t), xytext=(0, 7 if series % 2 == 0 else -14),
+        for xi, t, mark in zip(xs, tps, prior_marks(g)):   # alternate above / below: coinciding series stay readable
+            ax.annotate(f"{100 * (t / ref - 1):+.1f}%{mark}", (xi, t), xytext=(0, 7 if series % 2 == 0 else -14),
                         textcoords="offset points", ha="center", fontsize=8, color=line.get_color())
         series_rows.append(g)
         series_keys.append(key)

@@ -48,3 +48,40 @@ def _bar_tops(ax) -> dict:
         key = round(float(patch.get_x()), 9)
         tops[key] = max(tops.get(key, 0.0), patch.get_y() + patch.get_height())
     return tops
+
+
+def _note(fig) -> str:
+    return " ".join(t.get_text() for t in fig.texts)
+
+
+def test_numbers_that_rest_on_an_unfitted_prior_carry_the_tables_mark_and_the_note_says_what_it_means(two_systems):
+    """The CLI's tables print a prior-based number as '3.0277 *' (``paraplan.priors.MARK``); the
+    figures wrote the MI300X's '3.52 s (149k tok/s, MFU 37%)' unmarked, with only a line above."""
+    from paraplan.priors import MARK
+    assert MARK == "*"
+    gpus = api.sweep(BASE, "gpu", ["h100-sxm-80gb", "mi300x", "b200"])
+    assert list(gpus.efficiency_fitted) == [True, False, True]          # CDNA3: a prior (paraplan.priors)
+    fig = plots.breakdown(gpus)
+    h100, mi300x, b200 = (t.get_text() for t in fig.axes[0].texts)
+    assert "*" not in h100 and "*" not in b200
+    assert mi300x.count(" *") == 3                  # the step time, the tokens/s and the MFU
+    assert mi300x.split("(")[0].strip().endswith("s *") and "tok/s *" in mi300x
+    assert _note(fig).startswith("* = mi300x: ") and "unfitted prior" in _note(fig) and "mi300x" in _note(fig)
+
+    labels = [t.get_text() for t in plots.bandwidth(two_systems).axes[0].texts]
+    assert [t.endswith(" *") for t in labels] == [False] * 4 + [True] * 4      # the MI300X's four points
+
+    scaled = plots.scaling(api.sweep({**BASE, "cluster": "mi300x-node"}, "gpus", [8, 16]))
+    assert [t.get_text()[-2:] for t in scaled.axes[0].texts] == [" *", " *"]
+    fitted = plots.scaling(api.sweep(BASE, "gpus", [8, 16]))
+    assert not any("*" in t.get_text() for t in fitted.axes[0].texts) and not _note(fitted)
+
+    roof = plots.roofline(api.layer_ops("llama3-8b", "mi300x-node"))
+    ceiling = [lab for lab in roof.axes[0].get_legend_handles_labels()[1] if lab.startswith("achievable")]
+    assert ceiling and "TFLOP/s *" in ceiling[0] and "TB/s *" in ceiling[0]
+    datasheet = [lab for lab in roof.axes[0].get_legend_handles_labels()[1] if lab.startswith("datasheet")]
+    assert "*" not in datasheet[0]                  # the datasheet's numbers rest on no model
+
+    front = plots.pareto(api.plan("llama3-8b", "mi300x-node", 16, global_batch=64), annotate=2)
+    box = front.axes[0].texts[-1].get_text()
+    assert box.count("tok/s *") == 2 and "GiB *" not in box     # memory rests on no efficiency model
