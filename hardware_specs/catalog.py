@@ -538,7 +538,10 @@ def _load_serving_efficiency_cached(path: str, mtime: float) -> ServingEfficienc
 
 def load_serving_efficiency(generation_or_path: str) -> ServingEfficiency:
     """The serving-kernel efficiency of a GPU generation (or from a YAML file path). A
-    generation without a fitted file gets ``default.yaml``, a hand-set prior (``prior: true``)."""
+    generation no serving run measured has a written prior (``prior: true``, its donor's fitted
+    factors: ``paraplan.validation.serving_fit.write_serving_priors``), which a user's file for
+    the generation (``PARAPLAN_HARDWARE_PATH``) replaces, as it would where none is shipped; a
+    generation with neither gets ``default.yaml``, a hand-set prior (``prior: true``)."""
     candidate = Path(generation_or_path)
     if candidate.suffix in (".yaml", ".yml"):
         p = _resolve("serving_efficiency", generation_or_path, "serving_efficiency")
@@ -546,6 +549,11 @@ def load_serving_efficiency(generation_or_path: str) -> ServingEfficiency:
         entries = _entries("serving_efficiency")
         key = generation_or_path.strip().lower()
         p = entries.get(key) or entries.get("default")
+        if p is not None and p.stem == key and p.parent == BUILTIN_DIR / "serving_efficiency" \
+                and _load_serving_efficiency_cached(str(p), p.stat().st_mtime).prior:
+            # a shipped prior yields to the user's own profile of the generation
+            user = [d / p.name for d in _search_dirs("serving_efficiency")[1:] if is_file(d / p.name)]
+            p = user[0] if user else p
         if p is None:
             raise InputError("serving_efficiency", f"no profile for generation '{generation_or_path}' and no default.yaml",
                              "add hardware_specs/serving_efficiency/<generation>.yaml")

@@ -73,7 +73,7 @@ def serving_efficiency_from_dict(data: dict, where: str = "serving_efficiency") 
         raise InputError(f"{where}.generation", "missing")
     kwargs = dict(data)
     for key, value in kwargs.items():
-        if key in ("generation", "fitted_on"):
+        if key in ("generation", "fitted_on", "donor"):
             kwargs[key] = str(value)
         elif key == "prior":
             if not isinstance(value, bool):

@@ -82,6 +82,9 @@ class ServingEfficiency:
         link_bw_fraction: achieved bus bandwidth / link bandwidth of collectives (NCCL busBW
             over NVLink and InfiniBand, nccl-tests: ~0.8); not fitted.
         fitted_on: what the numbers were fitted on, with the in-sample and cross-validated error.
+        donor: of a written prior (``prior: true``), the fitted generation whose factors it holds
+            (``paraplan.validation.serving_fit.write_serving_priors``): reports name it beside
+            the prior's numbers. "" for a fit and for a hand-set profile (``default.yaml``).
         fitted_isl_max_tokens: the longest prompt among the rows fitted (0 = not recorded): a
             TTFT at a longer prompt extrapolates the fitted prefill rates, and reports say so.
         prior: True for a hand-set profile no measurement has been fitted to (predictions that
@@ -108,6 +111,7 @@ class ServingEfficiency:
     request_host_s: float = 0.02
     link_bw_fraction: float = 0.8
     fitted_on: str = ""
+    donor: str = ""
     fitted_isl_max_tokens: float = 0.0
     prior: bool = True
     validation_error_pct: tuple = ()

@@ -1,6 +1,7 @@
 """What a serving number rests on, said once for every output (``serve`` on the command line,
 ``paraplan.serving_api``, the serving plots): whether the serving efficiency is an unfitted prior
-(``ServingEfficiency.prior``, ``hardware_specs/serving_efficiency/default.yaml``) and whether a
+(``ServingEfficiency.prior``: a generation's written prior ``hardware_specs/serving_efficiency/
+<generation>.yaml``, its donor's fitted factors, or ``default.yaml``) and whether a
 speculative TPOT rests on the unfitted draft acceptance (``ServingContext.acceptance_is_prior``).
 The project's rule: numbers that rest on an unfitted prior say so next to the number."""
 from __future__ import annotations
@@ -13,7 +14,11 @@ def prior_text(ctx) -> str:
     """The sentence saying the serving efficiency is an unfitted prior, or "" where it is fitted."""
     if not ctx.efficiency.prior:
         return ""
-    return (f"rests on an unfitted prior: no serving measurement of {ctx.cluster.gpu.generation} GPUs was fitted; "
+    gen, donor = ctx.cluster.gpu.generation, ctx.efficiency.donor
+    if donor:
+        return (f"rests on an unfitted prior: no serving measurement of {gen} GPUs was fitted; its factors are "
+                f"{donor}'s fitted ones (hardware_specs/serving_efficiency/{gen}.yaml)")
+    return (f"rests on an unfitted prior: no serving measurement of {gen} GPUs was fitted; "
             f"see hardware_specs/serving_efficiency/default.yaml")
 
 

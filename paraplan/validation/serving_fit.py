@@ -20,6 +20,19 @@ pooled held-out errors are the honest forecast for runs the fit never saw. Each 
 from the prior too, so nothing of the held-out group leaks in through the starting point; a
 factor no training row depends on (the synchronisation of a scheduler kind whose only engine
 is held out) stays at its prior.
+
+A GPU generation of ``hardware_specs/gpus/`` that no serving run measured gets a written prior,
+``hardware_specs/serving_efficiency/<generation>.yaml`` with ``prior: true``: the fitted factors
+of its donor, the fitted serving generation reached along the training fit's chain
+(``paraplan.validation.fit.ROWLESS_DONOR``, then ``NEIGHBOUR``: MI300X's CDNA3 -> Hopper,
+CDNA2 -> Ampere -> Hopper), as training does (``fit.write_rowless_priors``): a prior no more
+optimistic than the measured generations, not the hand-set ``default.yaml`` (attention at 0.4 of
+peak where Hopper's fit gives 0.18, clients synchronised 1.0 where Hopper's give 1.7-4.3, 20 ms
+of host time a request where Hopper's give 48 ms, which made MI300X's TTFT half H100's at 1.32x
+its FP8 peak). ``--write`` writes them after the fitted files; ``--write-priors`` writes only
+them, from the committed fitted files, without fitting. ``default.yaml`` stays the point every
+fit starts from and the profile of a generation no donor reaches (a user's GPU file naming a new
+generation).
 """
 from __future__ import annotations
 
@@ -33,9 +46,10 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
 
-from hardware_specs.catalog import load_serving_efficiency, serving_efficiency_path
+from hardware_specs.catalog import BUILTIN_DIR, load_gpu, load_serving_efficiency, serving_efficiency_path
 from hardware_specs.serving_efficiency import FIT_RANGES, ServingEfficiency
 from paraplan.validation.datasets import SERVING_RUNS, validation_file
+from paraplan.validation.fit import NEIGHBOUR, ROWLESS_DONOR
 from paraplan.validation.serving import evaluate_prepared, prepare, read_rows
 
 PARAMS = tuple(FIT_RANGES)
@@ -219,21 +233,107 @@ def cross_validate(df: pd.DataFrame, column: str, fitted: dict, prep, maxiter: i
 
 
 def _yaml(profile: ServingEfficiency) -> str:
-    lines = ["# Written by `python -m paraplan.validation.serving_fit`; see hardware_specs/serving_efficiency.py",
-             f"generation: {profile.generation}"]
+    if profile.prior:
+        lines = ["# Written by `python -m paraplan.validation.serving_fit --write-priors` (and by `--write`):",
+                 "# an UNFITTED PRIOR, no serving run of this generation was measured; the factors are its",
+                 "# donor's fitted ones (fitted_on names it); see hardware_specs/serving_efficiency.py",
+                 f"generation: {profile.generation}"]
+    else:
+        lines = ["# Written by `python -m paraplan.validation.serving_fit`; see hardware_specs/serving_efficiency.py",
+                 f"generation: {profile.generation}"]
     for p in PARAMS:
         lines.append(f"{p}: {getattr(profile, p)!r}")
     lines.append(f"link_bw_fraction: {profile.link_bw_fraction!r}")
-    lines.append("prior: false")
-    lines.append(f"fitted_isl_max_tokens: {int(profile.fitted_isl_max_tokens)}")
+    lines.append(f"prior: {'true' if profile.prior else 'false'}")
+    if profile.donor:
+        lines.append(f"donor: {profile.donor}")
+    if not profile.prior:        # a prior fitted no rows: no longest prompt, no errors of its own
+        lines.append(f"fitted_isl_max_tokens: {int(profile.fitted_isl_max_tokens)}")
     text = profile.fitted_on.replace('"', "'")
     lines.append(f'fitted_on: "{text}"')
-    if profile.validation_error_pct:
+    if profile.validation_error_pct and not profile.prior:
         lines.append("# in-sample mean |error| of the fitted rows per engine and mode, percent (reports print it)")
         lines.append("validation_error_pct:")
         for key, rec in profile.validation_errors().items():
             lines.append(f'  "{key}": {{rows: {int(rec["rows"])}, ttft: {rec["ttft"]:.1f}, tpot: {rec["tpot"]:.1f}}}')
     return "\n".join(lines) + "\n"
+
+
+#: the donor of a generation the training chain leads to no fitted serving generation (the TPUs
+#: and the generic CPU: training fits them on their own rows or not at all, ``NEIGHBOUR`` names
+#: none): Hopper, the older of the two fitted serving generations and the nearer in time to all
+#: of them. vLLM and SGLang run on any vendor (``gpu_vendors: []``), so serving refuses neither.
+FALLBACK_DONOR = "hopper"
+
+
+def builtin_generations() -> list[str]:
+    """The generations of the GPU files shipped in ``hardware_specs/gpus/`` (not a user's
+    ``PARAPLAN_HARDWARE_PATH``: the committed priors cover the committed catalog)."""
+    return sorted({load_gpu(str(p)).generation for p in (BUILTIN_DIR / "gpus").glob("*.yaml")})
+
+
+def fitted_generations() -> set[str]:
+    """The generations whose committed serving file is a fit (``prior: false``)."""
+    return {p.stem for p in (BUILTIN_DIR / "serving_efficiency").glob("*.yaml")
+            if p.stem != "default" and not load_serving_efficiency(str(p)).prior}
+
+
+def donor_chain(generation: str, fitted) -> list[str]:
+    """``generation`` and the generations the training fit's chain walks from it
+    (``ROWLESS_DONOR``, then ``NEIGHBOUR``) to the first of ``fitted``; [generation,
+    ``FALLBACK_DONOR``] where the chain reaches none and the fallback is fitted, [generation]
+    where nothing is."""
+    chain = [generation]
+    while chain[-1] not in fitted:
+        step = ROWLESS_DONOR.get(chain[-1]) or NEIGHBOUR.get(chain[-1])
+        if step is None or step in chain:
+            return [generation, FALLBACK_DONOR] if FALLBACK_DONOR in fitted else [generation]
+        chain.append(step)
+    return chain
+
+
+def serving_prior(generation: str, fitted=None) -> ServingEfficiency | None:
+    """The written prior of ``generation`` (no serving row measured it): its donor's committed
+    fitted factors (``donor_chain``), labelled a prior, with no longest prompt and no
+    validation errors (no row measured it). It depends on the donor's committed file alone.
+    None where no fitted generation is reached (``default.yaml`` then stands in)."""
+    fitted = fitted_generations() if fitted is None else fitted
+    chain = donor_chain(generation, fitted)
+    if len(chain) < 2:
+        return None
+    donor = chain[-1]
+    if (ROWLESS_DONOR.get(generation) or NEIGHBOUR.get(generation)) != chain[1]:
+        why = (f"{donor}, the nearest fitted serving generation in time (the training fit's chain, "
+               f"paraplan.validation.fit ROWLESS_DONOR / NEIGHBOUR, names no donor for {generation})")
+    elif ROWLESS_DONOR.get(generation) == donor:
+        why = f"{donor}, its contemporary (paraplan.validation.fit ROWLESS_DONOR)"
+    else:
+        why = (f"{donor}, the nearest fitted serving generation along the training fit's chain "
+               f"{' -> '.join(chain)} (paraplan.validation.fit ROWLESS_DONOR / NEIGHBOUR)")
+    note = (f"unfitted prior: no serving measurement of {generation}; the fitted serving factors of {why}, "
+            f"on this generation's own datasheet peaks and bandwidths")
+    return replace(load_serving_efficiency(donor), generation=generation, prior=True, fitted_on=note, donor=donor,
+                   fitted_isl_max_tokens=0.0, validation_error_pct=())
+
+
+def write_serving_priors(fitted=None, dry_run: bool = False) -> list[Path]:
+    """Write ``serving_prior`` of every generation of ``builtin_generations`` not in ``fitted``
+    (default: the committed fitted files) that a donor reaches; the paths written."""
+    fitted = fitted_generations() if fitted is None else set(fitted)
+    written = []
+    for gen in builtin_generations():
+        if gen in fitted:
+            continue
+        profile = serving_prior(gen, fitted)
+        if profile is None:
+            print(f"{gen}: no fitted serving generation to borrow from; default.yaml stands in")
+            continue
+        print(f"{gen}: {profile.fitted_on}")
+        if not dry_run:
+            serving_efficiency_path(gen).write_text(_yaml(profile))
+            print(f"  wrote {serving_efficiency_path(gen)}")
+            written.append(serving_efficiency_path(gen))
+    return written
 
 
 def validation_errors(prep, df: pd.DataFrame, fitted: dict, generation: str) -> dict:
@@ -256,7 +356,11 @@ def validation_errors(prep, df: pd.DataFrame, fitted: dict, generation: str) -> 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("path", nargs="?", default=None, help="serving-runs CSV (default: the resolved serving_runs.csv)")
-    ap.add_argument("--write", action="store_true", help="write hardware_specs/serving_efficiency/<generation>.yaml")
+    ap.add_argument("--write", action="store_true",
+                    help="write hardware_specs/serving_efficiency/<generation>.yaml, the fitted ones and then the priors")
+    ap.add_argument("--write-priors", action="store_true",
+                    help="only write the priors of the generations no serving run measured, from the committed "
+                         "fitted files (no fit)")
     ap.add_argument("--cv", choices=["model_path", "backend", "both"], default=None,
                     help="also leave-one-group-out cross-validation by model, by backend, or both")
     ap.add_argument("--cv-maxiter", type=int, default=250,
@@ -264,6 +368,9 @@ def main(argv=None) -> int:
     ap.add_argument("--maxiter", type=int, default=600,
                     help="Nelder-Mead iterations of the full fit (0 = take the committed profiles as they are)")
     args = ap.parse_args(argv)
+    if args.write_priors:
+        write_serving_priors()
+        return 0
     path = args.path or validation_file(SERVING_RUNS)
     df = read_rows(path)
     prep = prepare(df)
@@ -306,6 +413,8 @@ def main(argv=None) -> int:
         if args.write:
             serving_efficiency_path(gen).write_text(_yaml(fitted[gen]))
             print(f"  wrote {serving_efficiency_path(gen)}")
+    if args.write:          # the priors borrow the files just written
+        write_serving_priors(set(fitted) | fitted_generations())
     return 0
 
 

@@ -76,7 +76,7 @@ class ServingReport:
             **layouts, **dict(self.metrics), "decode_breakdown_s": dict(self.decode_breakdown_s),
             "memory_bytes": dict(self.memory_bytes), **dict(self.extra),
             # named as the training JSON names it (``paraplan.priors``): False where the times rest on
-            # the unfitted prior (hardware_specs/serving_efficiency/default.yaml)
+            # an unfitted prior (a written prior or hardware_specs/serving_efficiency/default.yaml)
             "efficiency_generation": self.context.efficiency.generation, "efficiency_fitted": not self.prior,
             # a prompt longer than any fitted: the TTFT extrapolates the fitted prefill rates
             "ttft_extrapolated": bool(self.context.efficiency.fitted_isl_max_tokens
