@@ -276,3 +276,52 @@ def test_1f1b_peak_in_flight_closed_form_equals_the_simulated_flush():
     assert peak_in_flight(ScheduleKind.ONE_F_ONE_B, 8, 1000, 1) == (8, 7, 6, 5, 4, 3, 2, 1)
     assert peak_in_flight_rows("interleaved", 4, [4, 8], 2).tolist() == \
         [list(peak_in_flight("interleaved", 4, m, 2)) for m in (4, 8)]
+
+
+# ZB-V for unequal pass times (issue 15, part 1 b): the order built by the timed greedy list
+# scheduler alone stalled at its 2p memory cap, its bubble growing with m.
+
+def _zb_v_bubble(p, m, f, b, w):
+    from simulator.pipeline.makespan import flush_makespan_s
+    cell = lambda x: np.full((1, p, 2), float(x))
+    return float(flush_makespan_s(ScheduleKind.ZB_V, p, m, 2, cell(f), cell(b), cell(w))[0]) - m * 2 * (f + b + w)
+
+
+@pytest.mark.parametrize("p, f, b, w", [(4, 1, 2, 0.5), (4, 1, 3, 0.1), (8, 1, 2, 0.5), (3, 1, 4, 1), (4, 1, 1, 1)])
+def test_zb_v_bubble_does_not_grow_with_the_micro_batches(p, f, b, w):
+    # a stage computes 2 (f + b + w) per micro-batch; a steady state without idle time (the
+    # building block of Qi et al. 2024 runs one F, B and W of each chunk a period) keeps the
+    # flush minus that work constant. Before the fix, p = 4, 1 : 2 : 0.5 gave 10, 13, 19, 31.
+    bubbles = [_zb_v_bubble(p, m, f, b, w) for m in (2 * p, 4 * p, 8 * p, 16 * p)]
+    for x in bubbles[1:]:
+        assert x <= bubbles[0] * (1 + 1e-9) + 1e-9
+    if (f, b, w) == (1, 1, 1) and p == 4:
+        assert bubbles == pytest.approx([3.0] * 4)       # equal times: as before the fix
+
+
+@pytest.mark.parametrize("durations", [(1.0, 2.0, 0.5), (1.0, 3.0, 0.1), (1.0, 0.5, 2.0), (1.0, 1.0, 1.0)])
+@pytest.mark.parametrize("p, m", [(2, 4), (3, 9), (4, 8), (4, 24), (8, 32)])
+def test_zb_v_holds_at_most_2p_chunk_activations_for_any_pass_times(p, m, durations):
+    # ZB-V's claim (Qi et al. 2023, section 6): 1F1B's peak, p micro-batches = 2p chunk sets a stage
+    sched = make_schedule("zb-v", p, m, durations=durations, validate=True)
+    f, b, w = durations
+    peak = simulate_schedule(sched, f, b, w).peak_inflight
+    assert int(np.max(peak)) <= 2 * p
+
+
+def test_zb_v_block_order_drawn_by_hand_p2_m2():
+    # p = 2, m = 2, F = 1, B = 2, W = 0.5. Block order (period, slot): stage 0 runs F0 of k at
+    # period k, F1 at k + 1, B1 at k + 1, B0 at k + 2; stage 1 F0 at k, F1 at k, B1, B0 at k + 1.
+    # Stage 1: F0(0) 1-2, F1(0) 2-3, F0(1) 3-4, F1(1) 4-5, B1(0) waits for stage 0's B1(0): 6-8,
+    # B0(0) 8-10, B1(1) 10-12, B0(1) 12-14, then its 4 W's to 16.
+    # Stage 0: F0(0) 0-1, F0(1) 1-2, F1(0) 3-4, B1(0) 4-6, F1(1) 6-7, B1(1) 7-9, W1(0) and W1(1)
+    # while B0(0) waits (9-10), B0(0) 10-12, W0(0) 12-12.5, idle, B0(1) 14-16, W0(1) 16-16.5.
+    from simulator.pipeline.generators import B as B_, W as W_, zb_v_block_order
+    orders, makespan = zb_v_block_order(2, 2, 1.0, 2.0, 0.5)
+    assert makespan == 16.5
+    assert orders[0] == [(F, 0, 0), (F, 1, 0), (F, 0, 1), (B_, 0, 1), (F, 1, 1), (B_, 1, 1), (W_, 0, 1),
+                         (W_, 1, 1), (B_, 0, 0), (W_, 0, 0), (B_, 1, 0), (W_, 1, 0)]
+    assert orders[1] == [(F, 0, 0), (F, 0, 1), (F, 1, 0), (F, 1, 1), (B_, 0, 1), (B_, 0, 0), (B_, 1, 1),
+                         (B_, 1, 0), (W_, 0, 1), (W_, 0, 0), (W_, 1, 1), (W_, 1, 0)]
+    sched = make_schedule("zb-v", 2, 2, durations=(1.0, 2.0, 0.5))
+    assert simulate_schedule(sched, 1.0, 2.0, 0.5).makespan_s == pytest.approx(16.5)

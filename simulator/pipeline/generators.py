@@ -17,6 +17,10 @@ tuples with the integer op kinds of :mod:`simulator.pipeline.schedules` (``F``, 
   B and W differ, its bubble growing with the micro-batch count), memory limits ``2p - 1``
   micro-batches (ZB-H2, section 2.2) and ``2p`` chunk activations = p micro-batches (ZB-V,
   section 6).
+* ZB-V also takes the order of :func:`zb_v_block_order` where it is shorter: a repeated building
+  block (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory", section 3) whose
+  steady state runs each micro-batch's F, B and W of both chunks once a period on every stage,
+  so its bubble does not grow with m for any pass times, at ``2p`` chunk activations.
 * DualPipe / DualPipeV: the eight-step per-rank recipe of DeepSeek-V3 (DeepSeek-AI 2024,
   section 3.2.1) as published with its reference implementation; an overlapped
   "F&B" pair is emitted as F followed by B (the non-overlapped fallback).
@@ -25,6 +29,8 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+
+import numpy as np
 
 F, B, W, BW = 0, 1, 2, 3
 
@@ -435,4 +441,128 @@ def best_timed_order(p: int, m: int, v: int, cell_path: list[tuple[int, int]], m
     """:func:`timed_greedy_order` with and without F/B alternation; the shorter flush."""
     runs = [timed_greedy_order(p, m, v, cell_path, mem_cap, t_f, t_b, t_w, chunk0_reserve, alternate)
             for alternate in (True, False)]
+    return min(runs, key=lambda run: run[1])[0]
+
+
+def zb_v_block_fb(p: int, m: int) -> list[list[tuple]]:
+    """Per stage, the F and B passes of ZB-V's building block in the order the block runs them.
+
+    One period of ``T = 2 (T_F + T_B + T_W)`` on stage i holds, in this order, F of chunk 0 of
+    micro-batch k, F1 of k - (p-1-i), B1 of k - (p-1), B0 of k - (2p-2-i), W1 of k - (p-1) and
+    W0 of k - (2p-2-i) (the building-block construction of Qi et al. 2024, "Pipeline
+    Parallelism with Controllable Memory", NeurIPS 2024, section 3, our own block). With stage
+    i's period starting ``i delta`` after stage 0's, for any ``max(T_F, T_B) <= delta <=
+    T - max(T_F, T_B)`` every dependency holds: a chunk-0 hop down (or a chunk-1 hop back up)
+    takes ``delta`` (``T - delta``), the turns at the last stage (F0 -> F1, B1 -> B0) and at the
+    first (F1 -> B1) follow in the same period. So every stage is busy in the steady state
+    whatever the pass times (the flush grows by exactly T per micro-batch), and stage i holds
+    ``2p - 1 - i`` chunk-0 and ``i + 1`` chunk-1 activation sets: a set lives ``2p - 1 - i``
+    periods (chunk 0) or less than ``i + 1`` (chunk 1), ``2p`` in all, 1F1B's peak. The order
+    of a stage's ops is the block's (period, slot) order, which does not depend on the times.
+    """
+    orders = []
+    for i in range(p):
+        k = np.arange(m)
+        # (period, slot) of F0, F1, B1, B0 of each micro-batch; slots in the period's order
+        period = np.concatenate([k, k + p - 1 - i, k + p - 1, k + 2 * p - 2 - i])
+        slot = np.repeat(np.arange(4), m)
+        kind = np.array([F, F, B, B]).repeat(m)
+        chunk = np.array([0, 1, 1, 0]).repeat(m)
+        at = np.lexsort((slot, period))
+        orders.append(list(zip(kind[at].tolist(), np.tile(k, 4)[at].tolist(), chunk[at].tolist())))
+    return orders
+
+
+def zb_v_block_order(p: int, m: int, t_f: float, t_b: float, t_w: float) -> tuple[list[list[tuple]], float]:
+    """ZB-V from :func:`zb_v_block_fb`'s F and B order, with each stage's W passes placed in
+    event time: a stage runs its next F or B once its input is there; while it waits it runs a
+    pending W (first-in first-out), and it runs one before an F that would take a ``2p + 1``-th
+    activation set. (The block's own W slots, right after the B's, idle the cool-down, where
+    the B passes of the last micro-batches wait on each other: the zero-bubble paper fills
+    such gaps with W passes, Qi et al. 2023, section 3.1.) The F/B order keeps the block's
+    steady state, and no stage holds more than the block's ``2p`` sets: where the block would
+    have run a W this order has run it or holds it pending (its B has run).
+
+    Returns:
+        (per-stage orders, makespan in the durations' unit).
+    """
+    cells = [(i, 0) for i in range(p)] + [(i, 1) for i in reversed(range(p))]
+    pos = {cell: u for u, cell in enumerate(cells)}
+    last = 2 * p - 1
+    seq = zb_v_block_fb(p, m)
+    f_end = [[None] * m for _ in range(2 * p)]     # per position, per micro-batch
+    b_end = [[None] * m for _ in range(2 * p)]
+    duration = {F: t_f, B: t_b, W: t_w}
+    nxt, mem = [0] * p, [0] * p
+    w_queue = [deque() for _ in range(p)]
+    orders = [[] for _ in range(p)]
+    remaining = [6 * m] * p
+    free = [(0.0, s_, s_) for s_ in range(p)]
+    heapq.heapify(free)
+    seq_no, makespan = p, 0.0
+    blocked_at = [None, set()]
+    while free:
+        t, _, s_ = heapq.heappop(free)
+        if remaining[s_] == 0:
+            continue
+        op, ready = None, None
+        if nxt[s_] < len(seq[s_]):
+            kind, k, c = seq[s_][nxt[s_]]
+            u = pos[(s_, c)]
+            if kind == F:
+                ready = 0.0 if u == 0 else f_end[u - 1][k]
+            else:
+                ready = f_end[u][k] if u == last else b_end[u + 1][k]
+            if kind == F and mem[s_] >= 2 * p:
+                op = w_queue[s_].popleft()      # the block's W of a done B is pending
+            elif ready is not None and ready <= t:
+                op = seq[s_][nxt[s_]]
+                nxt[s_] += 1
+            elif w_queue[s_]:
+                op = w_queue[s_].popleft()
+        elif w_queue[s_]:
+            op = w_queue[s_].popleft()
+        seq_no += 1
+        if op is None:
+            if ready is None:
+                # waiting on an op no stage has started: after the stages still free at t, else
+                # when the next busy one is free
+                if blocked_at[0] != t:
+                    blocked_at[:] = [t, set()]
+                blocked_at[1].add(s_)
+                acting = any(ft <= t and remaining[o] > 0 and o not in blocked_at[1] for ft, _, o in free)
+                ready = t if acting else min([ft for ft, _, o in free if remaining[o] > 0 and ft > t],
+                                             default=None)
+                if ready is None:
+                    raise RuntimeError("ZB-V block scheduler deadlocked")
+            heapq.heappush(free, (ready, seq_no, s_))
+            continue
+        if blocked_at[0] is not None:
+            blocked_at[:] = [None, set()]
+        kind, k, c = op
+        end = t + duration[kind]
+        if kind == F:
+            f_end[pos[(s_, c)]][k] = end
+            mem[s_] += 1
+        elif kind == B:
+            b_end[pos[(s_, c)]][k] = end
+            w_queue[s_].append((W, k, c))
+        else:
+            mem[s_] -= 1
+        orders[s_].append(op)
+        remaining[s_] -= 1
+        makespan = max(makespan, end)
+        heapq.heappush(free, (end, seq_no, s_))
+    return orders, makespan
+
+
+def best_zb_v_order(p: int, m: int, t_f: float, t_b: float, t_w: float) -> list[list[tuple]]:
+    """ZB-V: the shortest flush of :func:`timed_greedy_order` (memory cap ``2p`` chunk sets,
+    one slot kept for a chunk-1 forward; with and without F/B alternation) and
+    :func:`zb_v_block_order`, the greedy's on a tie. The greedy order alone stalls at the cap
+    when B and W differ from F (p = 4, T_F : T_B : T_W = 1 : 2 : 0.5: bubble 10, 13, 19, 31
+    for m = 8, 16, 32, 64); the block order's bubble is the same for every m."""
+    cells = [(i, 0) for i in range(p)] + [(i, 1) for i in reversed(range(p))]
+    runs = [timed_greedy_order(p, m, 2, cells, 2 * p, t_f, t_b, t_w, 1, alternate) for alternate in (True, False)]
+    runs.append(zb_v_block_order(p, m, t_f, t_b, t_w))
     return min(runs, key=lambda run: run[1])[0]

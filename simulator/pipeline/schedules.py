@@ -375,7 +375,7 @@ def _generate(kind: ScheduleKind, p: int, m: int, v: int, num_layers: int | None
     elif kind in V_SHAPED:
         cells = [(i, 0) for i in range(p)] + [(i, 1) for i in reversed(range(p))]
         if kind == ScheduleKind.ZB_V:
-            orders = gen.best_timed_order(p, m, 2, cells, 2 * p, *durations, chunk0_reserve=1)
+            orders = gen.best_zb_v_order(p, m, *durations)
         else:
             orders = gen.dualpipe_v_order(p, m)
     else:   # DUALPIPE
