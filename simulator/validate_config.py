@@ -276,9 +276,27 @@ def check_kv_heads(model: ModelSpec, tp: int, replication: bool, field: str = "t
         raise InputError(field, f"tp={tp} and the {g} key/value heads of {model.name} do not divide each other",
                          f"choose tp from {_divisors(g)}" + (" or a multiple of it" if replication else ""))
     # (Megatron-Core <= 0.15 asserts num_query_groups % tp == 0; torchtitan views whole heads)
+    stacks = replicating_training_stacks()
     raise InputError(field, f"tp={tp} is more than the {g} key/value heads of {model.name}, and the stack splits "
                      "whole heads over tp (its kv_head_replication is off)",
-                     f"choose tp from {_divisors(g)}, or a stack that replicates key/value heads")
+                     f"choose tp from {_divisors(g)}"
+                     + (f", or a stack that replicates key/value heads ({', '.join(stacks)})" if stacks else ""))
+
+
+def replicating_training_stacks() -> tuple[str, ...]:
+    """Catalog stacks with a training section whose ``kv_head_replication`` is on: the ones an
+    error may suggest for a tp above the key/value heads (serving stacks are refused for
+    training, so naming a replicating serving stack would send the user to another error)."""
+    from hardware_specs.catalog import list_stacks, load_stack
+    out = []
+    for name in list_stacks():
+        try:
+            stack = load_stack(name)
+        except InputError:
+            continue
+        if stack.training is not None and stack.training.kv_head_replication:
+            out.append(name)
+    return tuple(out)
 
 
 def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = None) -> None:

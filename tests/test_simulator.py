@@ -410,7 +410,17 @@ def test_tp_beyond_the_kv_heads_is_refused_on_a_stack_that_splits_whole_heads():
         check_config(model, ParallelConfig(dp=8, tp=16, pp=8, global_batch=512, **fields), 1024)
     assert err.value.field == "tp"
     assert "tp=16 is more than the 8 key/value heads of llama3.1-405b" in err.value.message
-    assert err.value.fix == "choose tp from 1, 2, 4, 8, or a stack that replicates key/value heads"
+    # no training stack of the catalog replicates heads (the test below), so none is suggested
+    assert err.value.fix == "choose tp from 1, 2, 4, 8"
+    import simulator.validate_config as vc
+    real = vc.replicating_training_stacks
+    try:
+        vc.replicating_training_stacks = lambda: ("some-stack",)
+        with pytest.raises(InputError) as err:
+            check_config(model, ParallelConfig(dp=8, tp=16, pp=8, global_batch=512, **fields), 1024)
+        assert err.value.fix == "choose tp from 1, 2, 4, 8, or a stack that replicates key/value heads (some-stack)"
+    finally:
+        vc.replicating_training_stacks = real
     check_config(model, ParallelConfig(dp=16, tp=8, pp=8, global_batch=512, **fields), 1024)
     replicating = dc_replace(stack, training=dc_replace(stack.training, kv_head_replication=True))
     fields = stack_config_fields(replicating, "bf16", model.name)
