@@ -299,6 +299,27 @@ def replicating_training_stacks() -> tuple[str, ...]:
     return tuple(out)
 
 
+def check_dualpipe_micro_batches(c: ParallelConfig) -> None:
+    """DualPipe runs an even number of micro-batches per step, at least 2 pp (half enter each
+    end of the pipeline; DeepSeek's reference asserts it): refused in the user's terms, micro-
+    batches per step = global batch / (micro-batch x dp), with the batches that give it."""
+    if c.schedule != Schedule.DUALPIPE:
+        return
+    m, per = c.global_batch // (c.micro_batch * c.dp), c.micro_batch * c.dp
+    if m % 2 == 0 and m >= 2 * c.pp:
+        return
+    least = max(2 * c.pp, m + m % 2)
+    fix = f"use --global-batch {least * per} (or another even multiple of micro-batch x dp = {per} from there)"
+    smaller = [mb for mb in range(c.micro_batch - 1, 0, -1)
+               if c.global_batch % (mb * c.dp) == 0 and (c.global_batch // (mb * c.dp)) % 2 == 0
+               and c.global_batch // (mb * c.dp) >= 2 * c.pp]
+    if smaller:
+        fix += f", or --micro-batch {smaller[0]}"
+    raise InputError("global_batch", f"DualPipe needs an even number of micro-batches per step, at least 2 x pp = "
+                     f"{2 * c.pp}; global batch {c.global_batch} / (micro-batch {c.micro_batch} x dp {c.dp}) "
+                     f"gives {m}", fix)
+
+
 def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = None) -> None:
     """Raise ``InputError`` if ``config`` cannot run ``model`` (on ``n_gpus`` GPUs)."""
     c = config
@@ -310,6 +331,7 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
                          f"{model.name}", f"choose tp from {_divisors(model.num_heads)}")
     check_kv_heads(model, c.tp, c.kv_head_replication)
     check_stack_features(c, moe=model.moe is not None)
+    check_dualpipe_micro_batches(c)
     if model.ffn_hidden_size % c.tp:
         raise InputError("tp", f"tp={c.tp} does not divide ffn_hidden_size {model.ffn_hidden_size}")
     if c.pp > model.num_layers:

@@ -436,3 +436,21 @@ def test_every_training_stack_of_the_catalog_splits_whole_kv_heads():
     training = [load_stack(n) for n in list_stacks() if load_stack(n).training is not None]
     assert len(training) >= 26
     assert not any(s.training.kv_head_replication for s in training)
+
+
+def test_dualpipe_micro_batch_count_is_refused_in_the_users_terms():
+    # micro-batches per step = global batch / (micro-batch x dp): 12 / (2 x 1) = 6, below 2 x pp = 8;
+    # --micro-batch 1 gives 12 (even, >= 8), --global-batch 16 gives 8
+    from simulator.validate_config import check_dualpipe_micro_batches
+    with pytest.raises(InputError) as err:
+        check_dualpipe_micro_batches(ParallelConfig(dp=1, tp=8, pp=4, global_batch=12, micro_batch=2,
+                                                    schedule="dualpipe"))
+    assert err.value.field == "global_batch"
+    assert "global batch 12 / (micro-batch 2 x dp 1) gives 6" in err.value.message
+    assert err.value.fix == ("use --global-batch 16 (or another even multiple of micro-batch x dp = 2 from there), "
+                             "or --micro-batch 1")
+    check_dualpipe_micro_batches(ParallelConfig(dp=1, tp=8, pp=4, global_batch=16, micro_batch=2, schedule="dualpipe"))
+    with pytest.raises(InputError) as err:          # 18 / 2 = 9: odd
+        check_dualpipe_micro_batches(ParallelConfig(dp=2, tp=4, pp=4, global_batch=18, micro_batch=1,
+                                                    schedule="dualpipe"))
+    assert err.value.fix.startswith("use --global-batch 20 ")

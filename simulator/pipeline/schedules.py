@@ -253,8 +253,10 @@ def _check_request(kind: ScheduleKind, p: int, m: int, v: int | None, num_layers
             raise InputError("p", f"DualPipe pairs rank i with rank p-1-i and needs an even p, got {p}",
                              "use an even p, or dualpipev")
         if m % 2 or m < 2 * p:
-            raise InputError("m", f"DualPipe needs an even m >= 2p = {2 * p}, got {m}",
-                             f"use m >= {2 * p}, even")
+            raise InputError("m", f"DualPipe needs an even number of micro-batches m >= 2p = {2 * p}, got {m}",
+                             f"use an even m >= {2 * p} (in a run: micro-batches per step = global batch / "
+                             f"(micro-batch x dp), so a global batch of at least {2 * p} x micro-batch x dp, "
+                             "an even multiple of micro-batch x dp)")
     if kind == ScheduleKind.DUALPIPE_V and m < 2 * p:
         raise InputError("m", f"DualPipeV needs m >= 2p = {2 * p} micro-batches, got {m}", f"use m >= {2 * p}")
     if num_layers is not None:
