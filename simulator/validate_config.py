@@ -303,8 +303,8 @@ def check_dualpipe_micro_batches(c: ParallelConfig) -> None:
     """DualPipe runs an even number of micro-batches per step, at least 2 pp (half enter each
     end of the pipeline; DeepSeek's reference asserts it): refused in the user's terms, micro-
     batches per step = global batch / (micro-batch x dp), with the batches that give it."""
-    if c.schedule != Schedule.DUALPIPE:
-        return
+    if c.schedule != Schedule.DUALPIPE or c.pp % 2:
+        return                  # (an odd pp is refused on its own, naming pp)
     m, per = c.global_batch // (c.micro_batch * c.dp), c.micro_batch * c.dp
     if m % 2 == 0 and m >= 2 * c.pp:
         return
