@@ -72,12 +72,15 @@ def test_the_committed_prior_is_exactly_what_the_fitter_writes_from_its_donors_f
 
 
 def test_write_priors_writes_only_the_priors_and_fits_nothing(tmp_path, monkeypatch):
+    shipped = BUILTIN_DIR / "serving_efficiency"
+    for name in ("default.yaml", *(f"{g}.yaml" for g in FITTED)):
+        (tmp_path / name).write_text((shipped / name).read_text())
     monkeypatch.setattr(serving_fit, "serving_efficiency_path", lambda g: tmp_path / f"{g}.yaml")
     monkeypatch.setattr(serving_fit, "fit_all", lambda *a, **k: pytest.fail("--write-priors must not fit"))
     assert serving_fit.main(["--write-priors"]) == 0
-    assert sorted(p.stem for p in tmp_path.glob("*.yaml")) == sorted(UNMEASURED)
+    assert sorted(p.stem for p in tmp_path.glob("*.yaml")) == sorted({"default", *FITTED, *UNMEASURED})
     for p in tmp_path.glob("*.yaml"):
-        assert p.read_text() == (BUILTIN_DIR / "serving_efficiency" / p.name).read_text()
+        assert p.read_text() == (shipped / p.name).read_text()
 
 
 def test_a_fitted_file_is_still_written_as_before():

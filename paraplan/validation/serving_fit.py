@@ -32,7 +32,13 @@ of host time a request where Hopper's give 48 ms, which made MI300X's TTFT half 
 its FP8 peak). ``--write`` writes them after the fitted files; ``--write-priors`` writes only
 them, from the committed fitted files, without fitting. ``default.yaml`` stays the point every
 fit starts from and the profile of a generation no donor reaches (a user's GPU file naming a new
-generation).
+generation). The generations the training chain names no donor for (TPUs, CPU) join it at
+``FALLBACK_DONOR`` (Hopper) and walk on from there; one no donor reaches at all has its stale
+written prior removed, so that what loads is what the fitter printed (``default.yaml``). A
+generation with no serving file at all gets a prior with a warning (a new generation's first
+prior, or a fitted file gone missing: restore it rather than keep the prior). Every file is read
+and every profile computed before the first file is written; a damaged file is one line
+``error: <field>: <what> (<fix>)`` and exit 2, as ``paraplan.validation.fit``.
 """
 from __future__ import annotations
 
@@ -47,6 +53,7 @@ import pandas as pd
 from scipy.optimize import minimize
 
 from hardware_specs.catalog import BUILTIN_DIR, load_gpu, load_serving_efficiency, serving_efficiency_path
+from hardware_specs.errors import InputError
 from hardware_specs.serving_efficiency import FIT_RANGES, ServingEfficiency
 from paraplan.validation.datasets import SERVING_RUNS, validation_file
 from paraplan.validation.fit import NEIGHBOUR, ROWLESS_DONOR
@@ -259,10 +266,13 @@ def _yaml(profile: ServingEfficiency) -> str:
     return "\n".join(lines) + "\n"
 
 
-#: the donor of a generation the training chain leads to no fitted serving generation (the TPUs
-#: and the generic CPU: training fits them on their own rows or not at all, ``NEIGHBOUR`` names
-#: none): Hopper, the older of the two fitted serving generations and the nearer in time to all
-#: of them. vLLM and SGLang run on any vendor (``gpu_vendors: []``), so serving refuses neither.
+#: where a generation the training chain leads to no fitted serving generation (the TPUs and the
+#: generic CPU: training fits them on their own rows or not at all, ``NEIGHBOUR`` names none)
+#: joins the chain: Hopper, the older of the two fitted serving generations and the nearer in time
+#: to all of them. The rule is the chain's own: from here the walk goes on along ``NEIGHBOUR``
+#: to the first fitted generation (Hopper, else Blackwell), and where it reaches none the
+#: generation has no donor and ``default.yaml`` stands in (its stale written prior is removed).
+#: vLLM and SGLang run on any vendor (``gpu_vendors: []``), so serving refuses neither.
 FALLBACK_DONOR = "hopper"
 
 
@@ -272,39 +282,67 @@ def builtin_generations() -> list[str]:
     return sorted({load_gpu(str(p)).generation for p in (BUILTIN_DIR / "gpus").glob("*.yaml")})
 
 
+def fitted_profiles() -> dict[str, ServingEfficiency]:
+    """The committed fitted serving profiles (files with ``prior: false``) by generation, read from
+    the folder of ``serving_efficiency_path``; ``InputError`` (naming the file) where one is
+    damaged."""
+    folder = serving_efficiency_path("default").parent
+    out = {}
+    for p in sorted(folder.glob("*.yaml")):
+        if p.stem != "default":
+            profile = load_serving_efficiency(str(p))
+            if not profile.prior:
+                out[p.stem] = profile
+    return out
+
+
 def fitted_generations() -> set[str]:
     """The generations whose committed serving file is a fit (``prior: false``)."""
-    return {p.stem for p in (BUILTIN_DIR / "serving_efficiency").glob("*.yaml")
-            if p.stem != "default" and not load_serving_efficiency(str(p)).prior}
+    return set(fitted_profiles())
+
+
+def _walk(start: str, fitted, chain: list[str]) -> list[str] | None:
+    """``chain`` extended from ``start`` along ``ROWLESS_DONOR`` then ``NEIGHBOUR`` to the first
+    of ``fitted``; None where the walk ends (or loops) before one."""
+    chain = chain + [start] if start not in chain else None
+    while chain is not None and chain[-1] not in fitted:
+        step = ROWLESS_DONOR.get(chain[-1]) or NEIGHBOUR.get(chain[-1])
+        chain = chain + [step] if step is not None and step not in chain else None
+    return chain
 
 
 def donor_chain(generation: str, fitted) -> list[str]:
     """``generation`` and the generations the training fit's chain walks from it
-    (``ROWLESS_DONOR``, then ``NEIGHBOUR``) to the first of ``fitted``; [generation,
-    ``FALLBACK_DONOR``] where the chain reaches none and the fallback is fitted, [generation]
-    where nothing is."""
-    chain = [generation]
-    while chain[-1] not in fitted:
-        step = ROWLESS_DONOR.get(chain[-1]) or NEIGHBOUR.get(chain[-1])
-        if step is None or step in chain:
-            return [generation, FALLBACK_DONOR] if FALLBACK_DONOR in fitted else [generation]
-        chain.append(step)
-    return chain
+    (``ROWLESS_DONOR``, then ``NEIGHBOUR``) to the first of ``fitted``; where that chain reaches
+    none, [generation] and the walk from ``FALLBACK_DONOR`` to the first of ``fitted`` (Hopper,
+    else Blackwell); [generation] where nothing is reached."""
+    if generation in fitted:
+        return [generation]
+    step = ROWLESS_DONOR.get(generation) or NEIGHBOUR.get(generation)
+    chain = _walk(step, fitted, [generation]) if step is not None else None
+    if chain is None:
+        chain = _walk(FALLBACK_DONOR, fitted, [generation])
+    return chain or [generation]
 
 
 def serving_prior(generation: str, fitted=None) -> ServingEfficiency | None:
-    """The written prior of ``generation`` (no serving row measured it): its donor's committed
-    fitted factors (``donor_chain``), labelled a prior, with no longest prompt and no
-    validation errors (no row measured it). It depends on the donor's committed file alone.
-    None where no fitted generation is reached (``default.yaml`` then stands in)."""
-    fitted = fitted_generations() if fitted is None else fitted
+    """The written prior of ``generation`` (no serving row measured it): its donor's fitted
+    factors (``donor_chain``), labelled a prior, with no longest prompt and no validation errors
+    (no row measured it). ``fitted``: the fitted profiles by generation (default: the committed
+    files, ``fitted_profiles``), or a set of generations whose committed files are read. None
+    where no fitted generation is reached (``default.yaml`` then stands in)."""
+    fitted = fitted_profiles() if fitted is None else fitted
     chain = donor_chain(generation, fitted)
     if len(chain) < 2:
         return None
     donor = chain[-1]
-    if (ROWLESS_DONOR.get(generation) or NEIGHBOUR.get(generation)) != chain[1]:
+    if (ROWLESS_DONOR.get(generation) or NEIGHBOUR.get(generation)) != chain[1] and len(chain) == 2:
         why = (f"{donor}, the nearest fitted serving generation in time (the training fit's chain, "
                f"paraplan.validation.fit ROWLESS_DONOR / NEIGHBOUR, names no donor for {generation})")
+    elif (ROWLESS_DONOR.get(generation) or NEIGHBOUR.get(generation)) != chain[1]:
+        why = (f"{donor}, the first fitted serving generation along the training fit's chain from "
+               f"{FALLBACK_DONOR} (not fitted), {' -> '.join(chain[1:])} (paraplan.validation.fit "
+               f"ROWLESS_DONOR / NEIGHBOUR names no donor for {generation}; serving_fit.FALLBACK_DONOR)")
     elif ROWLESS_DONOR.get(generation) == donor:
         why = f"{donor}, its contemporary (paraplan.validation.fit ROWLESS_DONOR)"
     else:
@@ -312,28 +350,70 @@ def serving_prior(generation: str, fitted=None) -> ServingEfficiency | None:
                f"{' -> '.join(chain)} (paraplan.validation.fit ROWLESS_DONOR / NEIGHBOUR)")
     note = (f"unfitted prior: no serving measurement of {generation}; the fitted serving factors of {why}, "
             f"on this generation's own datasheet peaks and bandwidths")
-    return replace(load_serving_efficiency(donor), generation=generation, prior=True, fitted_on=note, donor=donor,
+    source = fitted[donor] if isinstance(fitted, dict) else load_serving_efficiency(str(serving_efficiency_path(donor)))
+    return replace(source, generation=generation, prior=True, fitted_on=note, donor=donor,
                    fitted_isl_max_tokens=0.0, validation_error_pct=())
 
 
-def write_serving_priors(fitted=None, dry_run: bool = False) -> list[Path]:
-    """Write ``serving_prior`` of every generation of ``builtin_generations`` not in ``fitted``
-    (default: the committed fitted files) that a donor reaches; the paths written."""
-    fitted = fitted_generations() if fitted is None else set(fitted)
-    written = []
+def plan_serving_priors(fitted: dict | None = None) -> tuple[dict[Path, str], list[Path], list[str]]:
+    """What ``write_serving_priors`` does, computed before anything is written: (the text of each
+    prior file to write, the stale prior files to remove, the lines to print). ``fitted``: the
+    fitted profiles by generation (default: the committed files, ``fitted_profiles``).
+
+    Every generation of ``builtin_generations`` not in ``fitted`` that a donor reaches gets its
+    prior; one no donor reaches has its written prior removed, so that what loads is what the
+    line says (``default.yaml``). A generation with no serving file at all gets a prior too (a
+    new GPU generation's first), and the line says so: were it a fitted generation whose file
+    went missing, its prior would hold another generation's numbers (restore the file, or
+    refit with ``--write``)."""
+    fitted = fitted_profiles() if fitted is None else dict(fitted)
+    writes: dict[Path, str] = {}
+    removals: list[Path] = []
+    lines: list[str] = []
     for gen in builtin_generations():
         if gen in fitted:
             continue
+        path = serving_efficiency_path(gen)
         profile = serving_prior(gen, fitted)
         if profile is None:
-            print(f"{gen}: no fitted serving generation to borrow from; default.yaml stands in")
+            if path.is_file():
+                removals.append(path)
+                lines.append(f"{gen}: no fitted serving generation to borrow from; default.yaml stands in "
+                             f"(removing the stale prior {path})")
+            else:
+                lines.append(f"{gen}: no fitted serving generation to borrow from; default.yaml stands in")
             continue
-        print(f"{gen}: {profile.fitted_on}")
-        if not dry_run:
-            serving_efficiency_path(gen).write_text(_yaml(profile))
-            print(f"  wrote {serving_efficiency_path(gen)}")
-            written.append(serving_efficiency_path(gen))
-    return written
+        if not path.is_file():
+            lines.append(f"warning: {gen}: no serving file at all ({path} is missing, neither fitted nor a written prior): "
+                         f"writing a prior from {profile.donor}'s fit; if {gen} was fitted, restore its file "
+                         f"or refit (--write) instead")
+        lines.append(f"{gen}: {profile.fitted_on}")
+        writes[path] = _yaml(profile)
+    return writes, removals, lines
+
+
+def write_serving_priors(fitted: dict | None = None, dry_run: bool = False) -> list[Path]:
+    """Write ``serving_prior`` of every generation of ``builtin_generations`` not in ``fitted``
+    (default: the committed fitted files) that a donor reaches, and remove the stale written prior
+    of one no donor reaches (``plan_serving_priors``); the paths written. Everything is computed
+    (every file read) before the first file is written: a damaged file raises ``InputError``
+    with nothing written."""
+    return _apply(plan_serving_priors(fitted), dry_run)
+
+
+def _apply(plan, dry_run: bool = False) -> list[Path]:
+    """Print ``plan_serving_priors``'s lines, then (unless ``dry_run``) remove and write its files."""
+    writes, removals, lines = plan
+    for line in lines:
+        print(line)
+    if dry_run:
+        return []
+    for path in removals:
+        path.unlink()
+    for path, text in writes.items():
+        path.write_text(text)
+        print(f"  wrote {path}")
+    return list(writes)
 
 
 def validation_errors(prep, df: pd.DataFrame, fitted: dict, generation: str) -> dict:
@@ -368,6 +448,17 @@ def main(argv=None) -> int:
     ap.add_argument("--maxiter", type=int, default=600,
                     help="Nelder-Mead iterations of the full fit (0 = take the committed profiles as they are)")
     args = ap.parse_args(argv)
+    try:
+        return _run(args)
+    except InputError as exc:
+        # one line, exit 2, nothing written (as paraplan.validation.fit.main): every file is read
+        # and every profile computed before the first is written
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
+    """``main`` after parsing (``InputError`` on bad input)."""
     if args.write_priors:
         write_serving_priors()
         return 0
@@ -410,11 +501,15 @@ def main(argv=None) -> int:
         bounds = at_bound(profile)
         print(f"{gen}: " + ", ".join(f"{p}={getattr(profile, p):g}" for p in PARAMS)
               + (f"  AT BOUND: {bounds}" if bounds else ""))
-        if args.write:
-            serving_efficiency_path(gen).write_text(_yaml(fitted[gen]))
-            print(f"  wrote {serving_efficiency_path(gen)}")
-    if args.write:          # the priors borrow the files just written
-        write_serving_priors(set(fitted) | fitted_generations())
+    if args.write:
+        # the priors borrow the profiles about to be written; all are computed (every committed
+        # file read) before the first is written
+        texts = {serving_efficiency_path(gen): _yaml(profile) for gen, profile in sorted(fitted.items())}
+        priors = plan_serving_priors({**fitted_profiles(), **fitted})
+        for path, text in texts.items():
+            path.write_text(text)
+            print(f"  wrote {path}")
+        _apply(priors)
     return 0
 
 
