@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 
@@ -18,7 +19,9 @@ def sweep_table(rows: Sequence[Mapping[str, Any]], failed: Sequence[bool],
     column is pandas' nullable ``Int64`` / ``boolean`` (``<NA>`` in the hole; ``tp`` stays 8, not
     8.0); float columns hold NaN, text and object columns NaN/None. Where no value ran the result
     columns are all NaN, dtype float64 (pandas' type for a column no row fills), the text ones
-    (``config``, ``model``) too: there is no row to type them by; ``df[c].isna().all()`` holds."""
+    (``config``, ``model``) too: there is no row to type them by; ``df[c].isna().all()`` holds.
+    A column whose values are not all integers (booleans) and holes, e.g. a swept column given
+    ``[nan, "80", 40]``, keeps the values as given (not cast)."""
     ok = [r for r, bad in zip(rows, failed) if not bad]
     columns = list(dict.fromkeys(k for r in (ok or [dict.fromkeys(template)]) for k in r))
     columns += [k for r in rows for k in r if k not in columns]       # a failed row's own keys
@@ -29,6 +32,21 @@ def sweep_table(rows: Sequence[Mapping[str, Any]], failed: Sequence[bool],
     typed = pd.DataFrame(ok, columns=columns)
     for c in columns:
         kind = typed[c].dtype.kind
-        if kind in "iub" and df[c].isna().any():
-            df[c] = pd.array([r.get(c) for r in rows], dtype="Int64" if kind != "b" else "boolean")
+        values = [r.get(c) for r in rows]
+        if kind in "iub" and df[c].isna().any() and all(_missing(v) or _fits(v, kind) for v in values):
+            df[c] = pd.array(values, dtype="Int64" if kind != "b" else "boolean")
     return df
+
+
+def _missing(value: Any) -> bool:
+    """None, NaN or pandas' NA: a hole the nullable dtype holds as ``<NA>``."""
+    return value is None or value is pd.NA or (isinstance(value, (float, np.floating)) and np.isnan(value))
+
+
+def _fits(value: Any, kind: str) -> bool:
+    """``value`` is what a nullable column of numpy ``kind`` ("i"/"u" integers, "b" booleans)
+    holds as it is: a column whose values are not all such (a swept ``["80", 40]``, a failed
+    row's NaN beside them) keeps the values as given, an object column, rather than raise."""
+    if kind == "b":
+        return isinstance(value, (bool, np.bool_))
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))

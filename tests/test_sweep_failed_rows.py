@@ -100,3 +100,21 @@ def test_training_sweep_keeps_the_swept_values_as_given():
     df = api.sweep(TRAIN, "tp", [8, *ODD_SPLITS[:4]], on_error="skip")
     assert df["sweep_value"].tolist()[:3] == [8, 2.5, 1e30] and df["sweep_value"].iloc[3] == 10**40
     assert df["sweep_value"].iloc[4] == math.inf and (df["error"].iloc[1:] != "").all()
+
+
+def test_a_mixed_swept_column_keeps_its_values_as_given_and_a_row_each():
+    """A swept column mixing NaN, text and integers is not forced to Int64 (pandas raised
+    "invalid literal for int() with base 10: 'nan'"): a row per value, each failure in ``error``
+    (hbm_gib and batch are refused unless a finite number, a whole number >= 1 for batch)."""
+    df = sa.serve_sweep(dict(model="llama3.1-8b", system="dgx-h100", tp=1, batch=8), "hbm_gib",
+                        [float("nan"), "80", 40])
+    assert len(df) == 3
+    got = df["swept_hbm_gib"].tolist()
+    assert math.isnan(got[0]) and got[1:] == ["80", 40]
+    assert df["error"].iloc[0].startswith("hbm_gib: ") and df["error"].iloc[1].startswith("hbm_gib: ")
+    assert df["error"].iloc[2] == "" and df["tpot_ms"].iloc[2] > 0 and math.isnan(df["tpot_ms"].iloc[0])
+    df = sa.serve_sweep(dict(model="llama3.1-8b", system="dgx-h100", tp=1), "batch", [float("nan"), "3", 3])
+    assert [e.split(":")[0] for e in df["error"]] == ["batch", "batch", ""]
+    assert df["swept_batch"].tolist()[1:] == ["3", 3]
+    # the integer columns with a hole are still nullable Int64 (their values are all integers)
+    assert str(df["tp"].dtype) == "Int64" and df["tp"].iloc[2] == 1
