@@ -508,9 +508,8 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
                        ("count_fitting", count_fitting)):
         if not isinstance(flag, (bool, np.bool_)):
             raise InputError(name, f"must be True or False, got {flag!r}")
-    if headroom_gib is not None and (isinstance(headroom_gib, (bool, np.bool_)) or
-                                     not isinstance(headroom_gib, numbers.Real)):
-        raise InputError("headroom_gib", f"must be a number of GiB, got {headroom_gib!r}")
+    if headroom_gib is not None:        # text or a bool refused here, as simulate does (simulator.headroom)
+        headroom.headroom_gib(float("inf"), headroom_gib)
     if fixed is not None and not isinstance(fixed, Mapping):
         raise InputError("fixed", f"must be a mapping of field -> value(s), got {fixed!r}", "e.g. fixed={'tp': 8}")
     if isinstance(schedules, str):                    # "1f1b" is one schedule, not four letters

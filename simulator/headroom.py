@@ -17,6 +17,7 @@ otherwise (``--headroom-gib 0`` plans to the model's peak).
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -29,15 +30,16 @@ DEFAULT_HEADROOM_FRACTION = 0.05
 def headroom_gib(hbm_bytes: float, requested_gib: float | None = None) -> float:
     """The headroom to keep, GiB: ``requested_gib``, or the default fraction of ``hbm_bytes``.
 
-    Raises ``InputError`` for a negative, non-finite or all-of-HBM request.
+    Raises ``InputError`` for a request that is not a number (text such as ``"5"``, or a bool:
+    ``True`` was ``float(True)`` = 1 GiB), negative, non-finite or all of HBM: the one check of
+    ``paraplan.api.simulate``, ``plan`` and the heterogeneous planner.
     """
     if requested_gib is None:
         return DEFAULT_HEADROOM_FRACTION * hbm_bytes / GIB
-    try:
-        value = float(requested_gib)
-    except (TypeError, ValueError):
-        raise InputError("headroom_gib", f"expected a number, got {requested_gib!r}",
-                         "give GiB to keep free, e.g. 4; 0 plans to the modelled peak") from None
+    if isinstance(requested_gib, (bool, np.bool_)) or not isinstance(requested_gib, numbers.Real):
+        raise InputError("headroom_gib", f"must be a number of GiB, got {requested_gib!r}",
+                         "give GiB to keep free, e.g. 4; 0 plans to the modelled peak")
+    value = float(requested_gib)
     if not (math.isfinite(value) and value >= 0):
         raise InputError("headroom_gib", f"must be a finite number >= 0, got {requested_gib}",
                          "give GiB to keep free, e.g. 4; 0 plans to the modelled peak")

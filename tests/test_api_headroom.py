@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 from hardware_specs.errors import InputError
 from paraplan import api
 from paraplan.cli import main
+from simulator import headroom
 
 RUN = dict(gpus=16, tp=2, pp=2, global_batch=64, recompute="selective")
 H100_HBM_GIB = 80           # H100 SXM datasheet: 80 GB of HBM3 (the catalog's hbm_gib: 80)
@@ -55,3 +57,17 @@ def test_the_best_plan_is_judged_against_the_headroom_it_was_planned_with():
     row = api.best_plan("llama3-8b", "dgx-h100", 8, global_batch=64, headroom_gib=0).iloc[0]
     assert 0.95 * H100_HBM_GIB < row.memory_gib <= H100_HBM_GIB
     assert row.fits
+
+
+@pytest.mark.parametrize("bad", ["5", True, False, [5]])
+def test_simulate_and_plan_refuse_the_same_non_numbers(bad):
+    """Text ("5") and bools are not GiB: api.plan refused "5" while api.simulate read it as 5 GiB
+    and True as float(True) = 1 GiB. One check (simulator.headroom.headroom_gib) for both, and for
+    the headroom function itself."""
+    msg = f"headroom_gib: must be a number of GiB, got {bad!r}"
+    with pytest.raises(InputError, match="^" + re.escape(msg)):
+        api.simulate("llama3-8b", "dgx-h100", headroom_gib=bad, **RUN)
+    with pytest.raises(InputError, match="^" + re.escape(msg)):
+        api.plan("llama3-8b", "dgx-h100", gpus=16, global_batch=64, headroom_gib=bad)
+    with pytest.raises(InputError, match="^" + re.escape(msg)):
+        headroom.headroom_gib(80 * 2**30, bad)
