@@ -300,3 +300,15 @@ def test_optimizer_offload_beside_autoep_and_autotp_is_refused_as_deepspeed_refu
     ds["validate_autoep"](config.expert_parallel_config, 16, 1, 1, 1, zero_stage=2,
                           zero_offload_optimizer=config.zero_config.offload_optimizer is not None)
     assert config.expert_parallel_config.autoep_size == 4
+
+
+def test_a_layout_leaving_a_stage_no_decoder_layer_is_refused_under_pipeline_layout():
+    """Llama 3 8B has 32 decoder layers; 'E|t*11|t*11|t*10,L' gives pp 4 stages of [0, 11, 11, 10]
+    layers (the first holds only the embedding). pp 4 <= 32 layers: the refusal was under ``pp``
+    with "use a plan with pp <= layers"; the layout set the empty stage, so it names the layout."""
+    row = dict(model="llama3-8b", seq_len=8192, dp=8, tp=1, pp=4, micro_batch=1, global_batch=64, zero_stage=1,
+               recompute="none", pipeline_layout="E|t*11|t*11|t*10,L")
+    with pytest.raises(InputError) as err:
+        deepspeed.recipe(row)
+    assert err.value.field == "pipeline_layout" and "[0, 11, 11, 10]" in err.value.message
+    assert err.value.fix.startswith("put a decoder layer on every stage") and "pp <= layers" not in str(err.value)

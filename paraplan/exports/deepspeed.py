@@ -118,15 +118,18 @@ def _check(p: dict) -> None:
     if p["vpp"] > 1:
         raise InputError("vpp", f"DeepSpeed's pipeline engine runs one stage per rank, not vpp={p['vpp']}",
                          "use a plan with vpp 1, or emit megatron / torchtitan")
+    # the field that set the plan's split: a layout or an uneven first / last stage, else pp itself
+    split_field = ("pipeline_layout" if p.get("pipeline_layout") else "first_stage_layers"
+                   if p.get("first_stage_layers") else "last_stage_layers" if p.get("last_stage_layers") else "pp")
     if pp > 1 and min(plan_stage_counts(p)) < 1:
-        raise InputError("pp", f"the plan's stages hold {list(plan_stage_counts(p))} decoder layers; this export "
-                         "partitions PipelineModule's stages by decoder layer (partition_method='type:...'), which "
-                         "cannot leave a stage only the embedding or only the loss",
-                         "use a plan with pp <= layers, or emit megatron / torchtitan")
+        raise InputError(split_field, f"the plan's stages hold {list(plan_stage_counts(p))} decoder layers; this "
+                         "export partitions PipelineModule's stages by decoder layer (partition_method='type:...'), "
+                         "which cannot leave a stage only the embedding or only the loss",
+                         ("use a plan with pp <= layers" if split_field == "pp" else
+                          "put a decoder layer on every stage") + ", or emit megatron / torchtitan")
     if pp > 1 and partition_method(p) is None:
         ds_counts = deepspeed_stage_counts(model.num_layers, pp, 0, 0)
-        field = ("pipeline_layout" if p.get("pipeline_layout") else "first_stage_layers" if p.get("first_stage_layers")
-                 else "last_stage_layers" if p.get("last_stage_layers") else "pp")
+        field = split_field
         raise InputError(field, f"the plan's stages hold {list(plan_stage_counts(p))} decoder layers, a split "
                          f"{RELEASE}'s PipelineModule does not make: its partition_method 'type:<regex>' balances "
                          "the layers the regex matches (runtime/pipe/module.py:412-417, partition_balanced in "
