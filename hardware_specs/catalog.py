@@ -533,7 +533,7 @@ def _load_efficiency_cached(path: str, mtime: float) -> EfficiencyModel:
 
 @lru_cache(maxsize=None)
 def _load_serving_efficiency_cached(path: str, mtime: float) -> ServingEfficiency:
-    return serving_efficiency_from_dict(read_yaml(Path(path), "serving_efficiency"))
+    return serving_efficiency_from_dict(read_yaml(Path(path), "serving_efficiency"), origin=path)
 
 
 def load_serving_efficiency(generation_or_path: str) -> ServingEfficiency:

@@ -63,18 +63,27 @@ def efficiency_from_dict(data: dict, where: str = "efficiency", origin: str = ""
     return EfficiencyModel(**kwargs, origin=str(origin))
 
 
-def serving_efficiency_from_dict(data: dict, where: str = "serving_efficiency") -> ServingEfficiency:
-    """Build a ``ServingEfficiency`` from a catalog mapping (unknown or mistyped keys name the key)."""
-    known = set(ServingEfficiency.field_names())
+def serving_efficiency_from_dict(data: dict, where: str = "serving_efficiency", origin: str = "") -> ServingEfficiency:
+    """Build a ``ServingEfficiency`` from a catalog mapping (unknown or mistyped keys name the key);
+    ``origin``: the file it was read from, which reports on a prior name.
+
+    An empty ``donor:`` or ``fitted_on:`` (YAML null) is "" (no donor, nothing fitted), not the
+    text "None" (a prior then named "None's fitted ones" as its donor); a donor on a fitted
+    profile (``prior: false`` with ``fitted_on``) is refused: only a written prior borrows."""
+    known = set(ServingEfficiency.file_keys())
     unknown = set(data) - known
     if unknown:
         raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown key", "known keys: " + ", ".join(sorted(known)))
-    if "generation" not in data:
+    if data.get("generation") is None:
         raise InputError(f"{where}.generation", "missing")
+    data = {k: ("" if v is None and k in ("fitted_on", "donor") else v) for k, v in data.items()}
     kwargs = dict(data)
     for key, value in kwargs.items():
+        if key == "donor" and (isinstance(value, bool) or not isinstance(value, str)):
+            raise InputError(f"{where}.donor", f"expected a generation's name, got {value!r}",
+                             "name the fitted generation whose factors the prior holds, or leave donor out")
         if key in ("generation", "fitted_on", "donor"):
-            kwargs[key] = str(value)
+            kwargs[key] = str(value).strip() if key == "donor" else str(value)
         elif key == "prior":
             if not isinstance(value, bool):
                 raise InputError(f"{where}.prior", f"must be true or false, got {value!r}")
@@ -88,4 +97,8 @@ def serving_efficiency_from_dict(data: dict, where: str = "serving_efficiency") 
     # fitted only with its fit record: prior: false and what it was fitted on (a file without them,
     # a user's hand-written profile, is a prior, as a training file without fitted_factors is)
     kwargs["prior"] = not (data.get("prior") is False and bool(str(data.get("fitted_on", "")).strip()))
-    return ServingEfficiency(**kwargs)
+    if kwargs.get("donor") and not kwargs["prior"]:
+        raise InputError(f"{where}.donor", f"a fitted profile (prior: false, fitted_on) names a donor "
+                         f"({kwargs['donor']!r}); only a written prior holds another generation's factors",
+                         "drop donor from a fit, or set prior: true for a prior")
+    return ServingEfficiency(**kwargs, origin=str(origin))

@@ -13,7 +13,7 @@ input of the software stack (``hardware_specs.serving_behaviour``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Mapping
 
 from hardware_specs.efficiency_model import MAX_PER_KERNEL_S, MIN_FRACTION
@@ -97,6 +97,11 @@ class ServingEfficiency:
             in percent), written by the fitter; reports print it beside a deployment's TTFT and
             TPOT (how far to trust them: TTFT of SGLang ~45%, TPOT ~15%). Tuples keep the
             profile hashable and picklable, as a frozen spec is.
+        origin: the file it was read from (``hardware_specs.catalog.load_serving_efficiency``;
+            "" for a profile built in memory, e.g. by the fitter): reports on a prior name the
+            file actually loaded, a user's ``PARAPLAN_HARDWARE_PATH`` one included. Not a file
+            key, and not part of equality or the hash (the same factors from two files are the
+            same profile), as ``EfficiencyModel.origin``.
     """
 
     generation: str
@@ -115,6 +120,7 @@ class ServingEfficiency:
     fitted_isl_max_tokens: float = 0.0
     prior: bool = True
     validation_error_pct: tuple = ()
+    origin: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         where = f"serving_efficiency {self.generation}"
@@ -173,3 +179,8 @@ class ServingEfficiency:
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def file_keys(cls) -> tuple[str, ...]:
+        """The keys a serving-efficiency file may hold (every field but ``origin``)."""
+        return tuple(n for n in cls.field_names() if n != "origin")

@@ -7,19 +7,37 @@ The project's rule: numbers that rest on an unfitted prior say so next to the nu
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
+
+from hardware_specs.catalog import BUILTIN_DIR
+
+
+def _shown(origin: str, fallback: str) -> str:
+    """The file a profile was read from as a report names it: relative to the repository for a
+    shipped file (``hardware_specs/serving_efficiency/ampere.yaml``), as given for a user's
+    (``PARAPLAN_HARDWARE_PATH``); ``fallback`` for a profile built in memory."""
+    if not origin:
+        return fallback
+    path = Path(origin).resolve()
+    try:
+        return path.relative_to(BUILTIN_DIR.parent).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def prior_text(ctx) -> str:
-    """The sentence saying the serving efficiency is an unfitted prior, or "" where it is fitted."""
-    if not ctx.efficiency.prior:
+    """The sentence saying the serving efficiency is an unfitted prior, or "" where it is fitted;
+    it names the file the profile was read from (``ServingEfficiency.origin``)."""
+    eff = ctx.efficiency
+    if not eff.prior:
         return ""
-    gen, donor = ctx.cluster.gpu.generation, ctx.efficiency.donor
+    gen, donor = ctx.cluster.gpu.generation, eff.donor
     if donor:
         return (f"rests on an unfitted prior: no serving measurement of {gen} GPUs was fitted; its factors are "
-                f"{donor}'s fitted ones (hardware_specs/serving_efficiency/{gen}.yaml)")
+                f"{donor}'s fitted ones ({_shown(eff.origin, f'hardware_specs/serving_efficiency/{gen}.yaml')})")
     return (f"rests on an unfitted prior: no serving measurement of {gen} GPUs was fitted; "
-            f"see hardware_specs/serving_efficiency/default.yaml")
+            f"see {_shown(eff.origin, 'hardware_specs/serving_efficiency/default.yaml')}")
 
 
 def acceptance_text(ctx, fix: str = "give --draft-acceptance") -> str:
