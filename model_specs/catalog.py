@@ -21,8 +21,10 @@ head_dim (default hidden_size / num_heads; with mla: qk_nope_head_dim + qk_rope_
 gated_mlp, tied_embeddings, sliding_window,
 sliding_window_layer_fraction (default 1 when a window is given), mtp_layers (default 0),
 the architecture details position_embedding, normalization, linear_bias (default: the Llama
-layout with a gated MLP, the GPT-2/3 one without), rotary_fraction (1), rope_theta,
-rope_scaling, rope_scaling_factor (config.json rope_theta / rope_scaling; 0 / empty = not stated),
+layout with a gated MLP, the GPT-2/3 one without), rotary_fraction (1), rope_theta (config.json
+rope_theta; 0 = not stated), rope_scaling (config.json rope_scaling's rope_type; empty = none, as a
+config.json without rope_scaling or with rope_type default rotates unscaled: Llama 3 8B / 70B),
+rope_scaling_factor (that scaling's factor; 0 = not stated),
 YaRN's rope_original_max_position_embeddings, rope_beta_fast, rope_beta_slow, rope_mscale,
 rope_mscale_all_dim (config.json rope_scaling keys; 0 = not stated), qkv_bias (false),
 activation (swiglu / gelu by gated_mlp), glu_clamp_limit (0: no clamp), source; optional ``linear_attention:`` mapping with the

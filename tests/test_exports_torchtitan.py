@@ -511,3 +511,24 @@ def test_the_job_rotates_with_the_planned_models_rope_not_llama_3_1s_for_llama_3
     ropes = [layer.attention.rope for layer in config.model_spec.model.layers]
     assert len(ropes) == 32
     assert {(r.theta, r.scaling, r.scaling_factor) for r in ropes} == {(500000, scaling, 8.0)}
+
+
+def test_an_empty_rope_scaling_is_none_and_a_zero_theta_is_not_stated_as_the_catalog_says():
+    """ModelSpec: rope_scaling "empty = none" (config.json without rope_scaling rotates unscaled,
+    Llama 3 8B); rope_theta / rope_scaling_factor 0 = not stated. The catalog's file-key docs said
+    "0 / empty = not stated" for all three, which the export (scaling forced to none) contradicted."""
+    import dataclasses
+
+    from model_specs import catalog
+    from model_specs.catalog import load_model
+    doc = " ".join(catalog.__doc__.split())
+    assert "0 / empty = not stated" not in doc
+    assert "rope_scaling (config.json rope_scaling's rope_type; empty = none" in doc
+    assert "rope_theta (config.json rope_theta; 0 = not stated)" in doc
+    model = load_model("llama3-8b")
+    entry = torchtitan.registry_entry(model)
+    assert entry["rope"] == (500000, "llama", 8.0)               # torchtitan 0.3.0's Llama 3.1 RoPE
+    unstated = dataclasses.replace(model, rope_theta=0.0, rope_scaling="")
+    assert torchtitan.rope_overrides(unstated, entry) == {"scaling": "none"}     # theta kept, scaling none
+    scaled = dataclasses.replace(model, rope_theta=0.0, rope_scaling="llama3", rope_scaling_factor=0.0)
+    assert torchtitan.rope_overrides(scaled, entry) == {}                        # factor 0 keeps the registry's 8

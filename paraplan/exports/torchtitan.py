@@ -149,7 +149,9 @@ def rope_overrides(model: ModelSpec, entry: dict) -> dict:
     """The RoPE fields (torchtitan ``RoPE.Config`` names) the job must set on every layer so its
     rotary embedding is ``model``'s, not the registry model's (``entry["rope"]``): Llama 3 8B / 70B
     rotate unscaled (``scaling="none"``), where torchtitan's registry builds Llama 3.1's scaling.
-    Raises ``InputError`` for a scaling torchtitan's ``ComplexRoPE`` cannot express this way."""
+    An empty ``rope_scaling`` is no scaling (``ModelSpec``: a config.json without rope_scaling
+    rotates unscaled), so it sets ``scaling="none"``; a ``rope_theta`` or ``rope_scaling_factor``
+    of 0 is not stated and keeps the registry's. Raises ``InputError`` for a scaling torchtitan's ``ComplexRoPE`` cannot express this way."""
     if "rope" not in entry:
         return {}
     theta, scaling, factor = entry["rope"]
