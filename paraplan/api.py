@@ -624,8 +624,9 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
     pipeline makespan, an upper bound that may exceed what :func:`simulate` gives for the same
     plan; the rows that can rank first are exact. ``mfu_bf16_pct`` is against the GPU's bf16
     peak whatever dtype the plan runs in (the convention that compares plans across dtypes), so
-    an FP8 / NVFP4 plan can exceed 100% (GPT-1T in NVFP4 on 1,024 B200: 126%); divide by the
-    ratio of the dtype's peak to bf16's for the share of that dtype's peak.
+    an FP8 / NVFP4 plan can exceed 100% (GPT-1T in NVFP4 on 1,024 B200 at a global batch of
+    2,048: 124.7%); divide by the ratio of the dtype's peak to bf16's for the share of that
+    dtype's peak.
 
     Example::
 

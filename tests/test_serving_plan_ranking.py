@@ -120,8 +120,9 @@ def test_the_why_lines_speak_only_of_the_modes_searched():
 def test_a_disaggregated_search_on_faster_memory_never_gives_a_worse_plan(tmp_path):
     # Llama-3.1-70B bf16, isl 8192 / osl 256, TTFT 5 s, TPOT 30 ms, disaggregated only: with 1.5x
     # the HBM bandwidth each client's next prompt comes sooner and decode batch 16 of the best
-    # pairing missed the TTFT objective; over powers of two the plan fell from 50 to 42
-    # tokens/s/GPU. Each pairing meeting the objective is now tried at its largest such batch.
+    # pairing missed the TTFT objective, and over powers of two the faster memory gave the worse
+    # plan (at that round's factors). Each pairing meeting the objective is now tried at its
+    # largest such batch.
     import re as _re
     from pathlib import Path
     repo = Path(__file__).resolve().parents[1]
