@@ -116,7 +116,7 @@ import pandas as pd
 from hardware_specs.catalog import load_cluster, load_stack, serving_release_match
 from hardware_specs.release_match import ReleaseMatch, release_numbers
 from hardware_specs.yaml_files import is_file
-from cost_models.weight_formats import slice_holds_whole_blocks
+from cost_models.weight_formats import canonical_format, slice_holds_whole_blocks
 from hardware_specs.errors import InputError, as_float, digits_text, not_a_file
 from hardware_specs.serving_efficiency import ServingEfficiency
 from model_specs.catalog import load_model, load_preset
@@ -315,6 +315,23 @@ def _fmt(value, precision) -> str:
     return "bf16" if p in ("", "bf16", "fp16", "nan") else p
 
 
+def _format_problem(row: dict) -> str | None:
+    """Why a row's weight formats cannot be priced, naming the column (``gemm_quant_mode``,
+    ``moe_quant_mode``, or ``precision`` where the quant column is empty and ``_fmt`` falls back
+    to it): a format ``canonical_format`` does not know; else None. Checked per row, so one row's
+    unknown format (e.g. w4afp8) skips that row, not the run (``_split_problem`` reads the expert
+    format's scale block, which raised for the whole file)."""
+    for col in ("gemm_quant_mode", "moe_quant_mode"):
+        value, precision = row.get(col), row.get("precision")
+        try:
+            canonical_format(_fmt(value, precision))
+        except InputError as exc:
+            if isinstance(value, str) and value.strip():
+                return f"{col}: unknown weight format {value.strip()!r} ({exc.fix})"
+            return f"precision: unknown weight format {str(precision).strip()!r} ({col} empty; {exc.fix})"
+    return None
+
+
 @dataclass
 class _Row:
     index: int
@@ -457,6 +474,10 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str], dict[str, ob
             # as serve simulate (ServingContext.check_request): the engines refuse such a request
             skipped[i] = (f"isl {isl:,.0f} + osl {osl:,.0f} tokens exceed the {most:,}-token context of {model.name} "
                           f"(config.json max_position_embeddings)")
+            continue
+        problem = _format_problem(r)
+        if problem:
+            skipped[i] = problem
             continue
         dense, expert = _fmt(r.get("gemm_quant_mode"), r.get("precision")), _fmt(r.get("moe_quant_mode"), r.get("precision"))
         values = {"isl": isl, "osl": osl, "assumption": match.note if version else ASSUMPTIONS["no_version"]}
