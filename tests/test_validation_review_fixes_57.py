@@ -67,3 +67,73 @@ def test_an_unknown_dense_format_and_an_unknown_precision_name_their_column(tmp_
     assert set(res[res.id == good["id"]].status) == {"ok"}
     assert _reason_of(res, "dense") == {f"gemm_quant_mode: unknown weight format 'bogus' ({KNOWN})"}
     assert _reason_of(res, "prec") == {f"precision: unknown weight format 'int8' (gemm_quant_mode empty; {KNOWN})"}
+
+
+@lru_cache(maxsize=None)
+def _published_rows() -> tuple:
+    from paraplan.validation.datasets import PUBLISHED_RUNS
+    from paraplan.validation.published import read_runs
+    return tuple(read_runs(BUNDLED_DIR / PUBLISHED_RUNS).to_dict("records"))
+
+
+def _published_row(rid: str, **changes) -> dict:
+    (row,) = [r for r in _published_rows() if r["id"] == rid]
+    return {**row, **changes}
+
+
+def _skip_reasons(*rows) -> dict:
+    from paraplan.validation.predict import prepare
+    reasons = {}
+    prepare(list(rows), on_skip=reasons.__setitem__)
+    return reasons
+
+
+LLAMA405_TOKENS = "MBRIDGE-26.06-LLAMA3.1_405B-DGX-H100-1024g-FP8-tp8pp8cp2epvp8-gbs1536-mbs1:tokens_per_s_per_gpu"
+
+
+def test_a_token_rate_beyond_the_gpus_peak_is_skipped_as_a_damaged_cell():
+    # Llama 3.1 405B: 126 layers of 2 x 16384^2 + 2 x 16384 x 1024 (attention) + 3 x 16384 x 53248
+    # (SwiGLU) = 3.1877e9, + the 128256 x 16384 output layer = N 403.75e9 matmul parameters; at
+    # 6 N a token, the H100's dense FP8 peak (1978.9 TFLOP/s, half the datasheet's 3957.8 sparse)
+    # allows 1978.9e12 / (6 x 403.75e9) = 816.9 tokens/s per GPU
+    rows = [_published_row(LLAMA405_TOKENS, id=f"r{v}", measured_value=v) for v in (326.0, 810.0, 825.0, 333_824.0)]
+    reasons = _skip_reasons(*rows)
+    assert set(reasons) == {2, 3}        # the measured 326 and 810 are kept
+    for i, v in ((2, 825), (3, 333_824)):
+        assert reasons[i].startswith(f"tokens_per_s_per_gpu {v} means at least ")
+        assert reasons[i].endswith("above h100-sxm-80gb's fp8 peak of 1978.9 TFLOP/s, not a measurement (a damaged cell)")
+    # the reviewer's cell (326 x 1,024 GPUs): 6 x 403.75e9 x 333,824 = 808,690 TFLOP/s, 409x the peak
+    assert "means at least 808,6" in reasons[3]
+
+
+def test_a_step_time_too_short_for_the_gpus_peak_is_skipped_as_a_damaged_cell():
+    # GPT-22B (48 layers of 12 x 6144^2 = 21.74e9, + at most a 51200 x 6144 output layer, 0.31e9)
+    # trains 4 x 2048 tokens a step on 8 A100s (fp16 dense peak 312 TFLOP/s): a step of at least
+    # 6 x 21.74e9 x 1024 / 312e12 = 0.428 s; Korthikanti Table 5 measured 1.42 s
+    rid = "KOR22-T5-22B-full:iter_time_s"
+    rows = [_published_row(rid, id=f"r{v}", measured_value=v) for v in (1.42, 0.45, 0.41, 1.42e-3)]
+    reasons = _skip_reasons(*rows)
+    assert set(reasons) == {2, 3}
+    assert reasons[2].startswith("iter_time_s 0.41 means at least ")
+    assert reasons[2].endswith("above a100-sxm-80gb's fp16 peak of 312 TFLOP/s, not a measurement (a damaged cell)")
+
+
+def test_no_bundled_rate_or_time_row_is_near_the_peak_cap():
+    # the cap's lower bound of model FLOPs stays well under every GPU's peak on the measured rows
+    from paraplan.validation.predict import RATE_AND_TIME_METRICS, min_model_flops_per_gpu_s
+    from paraplan.validation.published import Skip, row_inputs, run_conventions
+    from hardware_specs.errors import as_float
+    from paraplan.validation.csv_structure import id_text
+    rows = _published_rows()
+    conventions = run_conventions(list(rows))
+    worst = 0.0
+    for r in rows:
+        if r.get("measured_metric") not in RATE_AND_TIME_METRICS:
+            continue
+        try:
+            inp = row_inputs(r, conventions.get(id_text(r.get("run_id")), frozenset()))
+        except Skip:
+            continue
+        flops, _ = min_model_flops_per_gpu_s(inp, as_float(r["measured_value"]))
+        worst = max(worst, flops / inp.cluster.gpu.peak_flops(inp.config.dtype))
+    assert 0.3 < worst < 0.7

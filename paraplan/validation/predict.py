@@ -17,6 +17,7 @@ from functools import cached_property
 
 import numpy as np
 
+from cost_models.params import embedding_params, lm_head_params, total_params
 from hardware_specs.catalog import efficiency_for_cluster
 from hardware_specs.errors import as_float
 from paraplan.validation.csv_structure import id_text
@@ -81,10 +82,38 @@ MAX_MEASURED_VALUE = 1e12
 PERCENT_OF_PEAK_METRICS = ("mfu", "hfu")
 
 
+#: metrics that are a time or a token rate: what they imply in model FLOP/s per GPU is capped too
+RATE_AND_TIME_METRICS = ("iter_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "layer_fwd_bwd_time_ms")
+
+
+def min_model_flops_per_gpu_s(inputs: RowInputs, value: float) -> tuple[float, float]:
+    """(model FLOP/s per GPU at least, matmul parameters N counted) that a step time, token rate
+    or layer time ``value`` of ``RATE_AND_TIME_METRICS`` implies: 6 N per token trained (PaLM
+    appendix B, Chowdhery et al. 2022, arXiv 2204.02311: 2 N forward + 4 N backward), N the
+    active parameters less the input embedding (a table lookup; a tied table's output matmul is
+    left out too), without the attention-score term or any recompute. A lower bound of what the
+    GPU executed, so a row above the peak with it is damage under any FLOP convention. A step
+    trains global_batch x seq_len tokens over n_gpus GPUs (``conversion``); a layer time
+    (``layer_fwd_bwd_time_ms``, one layer of one micro-batch) does 6 x N / layers x micro_batch x
+    seq_len over the tp x cp GPUs of its stage."""
+    m, cfg, metric = inputs.model, inputs.config, inputs.metric
+    n_params = float(total_params(m, active=True) - embedding_params(m))
+    tokens = float(cfg.global_batch) * m.seq_len
+    if metric == "layer_fwd_bwd_time_ms":
+        per_layer = (total_params(m, active=True) - embedding_params(m) - lm_head_params(m) - m.hidden_size) / m.num_layers
+        flops = 6.0 * per_layer * cfg.micro_batch * m.seq_len / (cfg.tp * cfg.cp)
+        return flops / (value / 1e3), n_params
+    step_s = {"iter_time_s": value, "tokens_per_s": tokens / value,
+              "tokens_per_s_per_gpu": tokens / (value * cfg.n_gpus)}[metric]
+    return 6.0 * n_params * tokens / cfg.n_gpus / step_s, n_params
+
+
 def physical_cap_reason(inputs: RowInputs, value: float) -> str | None:
     """Why a measured ``value`` no GPU can reach is damage, or None: an MFU or HFU (percent)
-    above 100, or TFLOP/s per GPU above the GPU's dense peak at the row's precision (the peak
-    the MFU conversion divides by, ``conversion``). Such a row was scored as a huge error."""
+    above 100, TFLOP/s per GPU above the GPU's dense peak at the row's precision (the peak the
+    MFU conversion divides by, ``conversion``), or a step time, token rate or layer time whose
+    model FLOP/s per GPU (``min_model_flops_per_gpu_s``, a lower bound) is above that peak. Such
+    a row was scored as a huge error."""
     metric, dtype = inputs.metric, inputs.config.dtype
     if metric in PERCENT_OF_PEAK_METRICS and value > 100.0:
         return f"{metric} {value:g} is above 100 percent, not a measurement (a damaged cell)"
@@ -93,6 +122,14 @@ def physical_cap_reason(inputs: RowInputs, value: float) -> str | None:
         if value > peak:
             return (f"tflops_per_gpu {value:g} is above {inputs.cluster.gpu.name}'s {dtype} peak of {peak:g} "
                     "TFLOP/s, not a measurement (a damaged cell)")
+    if metric in RATE_AND_TIME_METRICS:
+        peak = inputs.cluster.gpu.peak_flops(dtype) / 1e12
+        tflops, n_params = min_model_flops_per_gpu_s(inputs, value)
+        tflops /= 1e12
+        if tflops > peak:
+            return (f"{metric} {value:g} means at least {tflops:,.0f} TFLOP/s per GPU (6 x {n_params / 1e9:,.4g}B "
+                    f"parameters x tokens), above {inputs.cluster.gpu.name}'s {dtype} peak of {peak:g} TFLOP/s, "
+                    "not a measurement (a damaged cell)")
     return None
 
 
