@@ -137,3 +137,17 @@ def test_no_bundled_rate_or_time_row_is_near_the_peak_cap():
         flops, _ = min_model_flops_per_gpu_s(inp, as_float(r["measured_value"]))
         worst = max(worst, flops / inp.cluster.gpu.peak_flops(inp.config.dtype))
     assert 0.3 < worst < 0.7
+
+
+def test_an_mfu_written_as_a_fraction_is_skipped_not_scored_as_a_huge_error():
+    # the column is in percent (data README: "mfu (percent of the dtype's dense peak)"); 0.415
+    # for 41.5 percent was scored as a +10,315% error. The bundled MFU / HFU rows run 14.4 to 64.2
+    mfu = _published_row("KOR22-T5-22B-full:iter_time_s", id="m", measured_metric="mfu",
+                         flops_convention="korthikanti_model", measured_value=0.415)
+    hfu = dict(mfu, id="h", measured_metric="hfu", flops_convention="korthikanti_hw", measured_value=0.5)
+    fine = dict(mfu, id="f", measured_value=41.5)
+    assert _skip_reasons(mfu, hfu, fine) == {
+        0: "mfu 0.415 looks like a fraction; the column is in percent (below 1 percent, not a measurement)",
+        1: "hfu 0.5 looks like a fraction; the column is in percent (below 1 percent, not a measurement)"}
+    measured = [float(r["measured_value"]) for r in _published_rows() if r["measured_metric"] in ("mfu", "hfu")]
+    assert min(measured) > 1.0

@@ -80,6 +80,10 @@ MIN_MEASURED_VALUE = 1e-9
 MAX_MEASURED_VALUE = 1e12
 #: metrics that are a share of the GPU's peak, in percent: above 100 is damage (an MFU of 415)
 PERCENT_OF_PEAK_METRICS = ("mfu", "hfu")
+#: below this percent such a share is a fraction written in the percent column (0.415 for 41.5,
+#: scored as a +10,315% error; the data README: "mfu (percent of the dtype's dense peak)"): no
+#: training run measures an MFU under 1 percent (the published rows: 14.4 to 64.2)
+PERCENT_OF_PEAK_FLOOR = 1.0
 
 
 #: metrics that are a time or a token rate: what they imply in model FLOP/s per GPU is capped too
@@ -110,13 +114,17 @@ def min_model_flops_per_gpu_s(inputs: RowInputs, value: float) -> tuple[float, f
 
 def physical_cap_reason(inputs: RowInputs, value: float) -> str | None:
     """Why a measured ``value`` no GPU can reach is damage, or None: an MFU or HFU (percent)
-    above 100, TFLOP/s per GPU above the GPU's dense peak at the row's precision (the peak the
-    MFU conversion divides by, ``conversion``), or a step time, token rate or layer time whose
-    model FLOP/s per GPU (``min_model_flops_per_gpu_s``, a lower bound) is above that peak. Such
+    above 100 (or below ``PERCENT_OF_PEAK_FLOOR``: a fraction), TFLOP/s per GPU above the GPU's
+    dense peak at the row's precision (the peak the MFU conversion divides by, ``conversion``),
+    or a step time, token rate or layer time whose model FLOP/s per GPU
+    (``min_model_flops_per_gpu_s``, a lower bound) is above that peak. Such
     a row was scored as a huge error."""
     metric, dtype = inputs.metric, inputs.config.dtype
     if metric in PERCENT_OF_PEAK_METRICS and value > 100.0:
         return f"{metric} {value:g} is above 100 percent, not a measurement (a damaged cell)"
+    if metric in PERCENT_OF_PEAK_METRICS and value < PERCENT_OF_PEAK_FLOOR:
+        return (f"{metric} {value:g} looks like a fraction; the column is in percent (below "
+                f"{PERCENT_OF_PEAK_FLOOR:g} percent, not a measurement)")
     if metric == "tflops_per_gpu":
         peak = inputs.cluster.gpu.peak_flops(dtype) / 1e12
         if value > peak:
