@@ -151,3 +151,15 @@ def test_an_mfu_written_as_a_fraction_is_skipped_not_scored_as_a_huge_error():
         1: "hfu 0.5 looks like a fraction; the column is in percent (below 1 percent, not a measurement)"}
     measured = [float(r["measured_value"]) for r in _published_rows() if r["measured_metric"] in ("mfu", "hfu")]
     assert min(measured) > 1.0
+
+
+def test_an_mfu_row_with_an_empty_flops_convention_says_the_cell_is_empty():
+    # it said "FLOP convention 'none' cannot be converted", a value the cell never held
+    from paraplan.validation.published import Skip, row_inputs
+    row = _published_row("KOR22-T5-22B-full:iter_time_s", measured_metric="mfu", measured_value=41.5)
+    for empty in ("", "  "):
+        with pytest.raises(Skip, match="^flops_convention empty: mfu cannot be converted without the FLOP "
+                                       "count it was computed with \\(one of megatron_hw_eq3, "):
+            row_inputs(dict(row, flops_convention=empty))
+    with pytest.raises(Skip, match="^FLOP convention 'none' cannot be converted$"):
+        row_inputs(dict(row, flops_convention="none"))

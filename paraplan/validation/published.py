@@ -215,9 +215,13 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
                    "it measures a bug, not the stack")
     if metric not in TRAINING_METRICS:
         raise Skip(f"metric '{metric}' is not a training-step metric" if metric else "metric empty: not a training-step metric")
-    conv = _enum(row, "flops_convention") or "none"
+    conv = _enum(row, "flops_convention")
     if metric in ("tflops_per_gpu", "mfu", "hfu") and conv not in CONVENTIONS:
-        raise Skip(f"FLOP convention '{conv}' cannot be converted")
+        # an empty cell is not the convention 'none' a reader could look up
+        raise Skip(f"FLOP convention '{conv}' cannot be converted" if conv else
+                   f"flops_convention empty: {metric} cannot be converted without the FLOP count it was "
+                   f"computed with (one of {', '.join(CONVENTIONS)})")
+    conv = conv or "none"
     gpu = _enum(row, "gpu_profile")
     if not gpu:
         raise Skip("gpu_profile empty (GPU kind not known)")
