@@ -163,3 +163,15 @@ def test_an_mfu_row_with_an_empty_flops_convention_says_the_cell_is_empty():
             row_inputs(dict(row, flops_convention=empty))
     with pytest.raises(Skip, match="^FLOP convention 'none' cannot be converted$"):
         row_inputs(dict(row, flops_convention="none"))
+
+
+def test_a_serving_time_that_is_text_says_it_is_not_a_number(tmp_path):
+    # it said "measured tpot_ms missing or <= 0" of a cell holding 'abc'
+    good = _first_vllm_agg()
+    text = _first_vllm_agg(id="text", silicon_tpot_ms="abc")
+    empty = _first_vllm_agg(id="empty", silicon_ttft_ms="")
+    res = _serving_results(tmp_path, good, text, empty)
+    by = {(r.id, r.metric): (r.status, r.reason) for r in res.itertuples()}
+    assert by[("text", "tpot_ms")] == ("skipped", "silicon_tpot_ms 'abc' is not a number")
+    assert by[("text", "ttft_ms")][0] == "ok"
+    assert by[("empty", "ttft_ms")] == ("skipped", "measured ttft_ms missing or <= 0")

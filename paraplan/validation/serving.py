@@ -302,6 +302,18 @@ def _num(value) -> float:
     return v if math.isfinite(v) else math.nan
 
 
+def _not_a_number(value) -> bool:
+    """Whether a cell holds text that is no number ('abc'), not an empty cell or a number."""
+    shown = id_text(value)
+    if not shown or shown.lower() == "nan":
+        return False
+    try:
+        as_float(shown)
+    except (TypeError, ValueError):
+        return True
+    return False
+
+
 def _deg(value) -> float:
     """A parallel degree: empty or 0 means 1."""
     v = _num(value)
@@ -710,6 +722,8 @@ def validate_rows(df: pd.DataFrame, efficiency=None, progress=None) -> pd.DataFr
             reason = p["reason"] if not ok else ""
             if no_tpot:
                 reason = "osl 1: a request of one output token has no time per output token"
+            elif not math.isnan(predicted) and math.isnan(measured) and _not_a_number(r.get(col)):
+                reason = f"{col} {id_text(r.get(col))[:40]!r} is not a number"      # as validate published says
             elif not math.isnan(predicted) and not measured > 0:
                 reason = f"measured {metric} missing or <= 0"
             elif not math.isnan(predicted) and measured > MAX_MEASURED_MS:
