@@ -382,6 +382,9 @@ def render_simulation(report) -> str:
 @click.option("--prefill-workers", type=POS, default=1, show_default=True, help="disagg: prefill workers.")
 @_layout_options("decode-", "disagg decode worker")
 @click.option("--decode-workers", type=POS, default=1, show_default=True, help="disagg: decode workers.")
+@click.option("--gpus", "gpus_given", type=POS, default=None,
+              help="GPUs the deployment is given (default: its workers' own). Workers sit whole in the NVLink "
+                   "domains of these (cost_models/worker_placement.py); the rest stay idle.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report as JSON (times in ms as serve plan's: ttft_ms, tpot_ms, latency_ms; memory in "
                    "bytes; a dense model's expert fields, expert_format and each layout's moe_tp / moe_ep, null).")
@@ -418,6 +421,7 @@ def simulate_cmd(as_json: bool, emit: bool, out_path: str | None, **opts) -> Non
                   kv_cache_dtype=opts["kv_cache_dtype"], speculative_tokens=ctx.speculative_tokens,
                   draft_acceptance=None if ctx.acceptance_is_prior else ctx.draft_acceptance,
                   draft_model=ctx.draft_head.path if ctx.draft_head is not None else None)
+    common["gpus_given"] = opts["gpus_given"]
     if opts["mode"] == "agg":
         dep = Deployment(**common, layout=_layout(opts, "", "layout"), workers=opts["workers"])
     else:
@@ -558,6 +562,11 @@ def simulate_command(row, opts: dict, moe: bool = True) -> str:
         value = int(value)
         if value != 1 or option.endswith(("-batch", "--batch")):
             args += [option, str(value)]
+    used, given = row.get("gpus_used") if hasattr(row, "get") else None, opts.get("gpus")
+    if used is not None and given is not None and not (isinstance(used, float) and math.isnan(used)) \
+            and int(used) < int(given):
+        # the workers sit whole in the NVLink domains of the GPUs given, not always in their own
+        args += ["--gpus", str(int(given))]
     return " ".join(shlex.quote(a) for a in args)
 
 
@@ -660,7 +669,7 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
     lines.append(f"      TTFT {b['ttft_ms']:.0f} ms (p90 {b['ttft_p90_ms']:.0f}), TPOT {b['tpot_ms']:.1f} ms, "
                  f"{b['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {b['tokens_per_s_per_user']:.1f} tokens/s/user")
     if opts is not None:
-        lines.append(f"      as one deployment: {simulate_command(b, opts, moe=ctx.model.moe is not None)}")
+        lines.append(f"      as one deployment: {simulate_command(b, {**opts, 'gpus': gpus}, moe=ctx.model.moe is not None)}")
         from paraplan.serving_launchable import launch_of_row
         why_not = launch_of_row(b, ctx, launch_request(opts))[1]
         fw = ctx.stack.framework

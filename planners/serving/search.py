@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from cost_models.worker_placement import most_beside, pair_fits, whole_workers
 from cost_models.weight_formats import WEIGHT_FORMATS, weight_bytes
 from hardware_specs.errors import InputError, as_given, is_finite, whole_number
 from planners.serving.labels import prompts_per_step, worker_labels
@@ -229,7 +230,9 @@ def _agg(ctx, gpus: int, isl: int, osl: int, max_batch: int, allow_pp: bool, ttf
             if new.any():
                 cols, out = _appended(cols, out, first[new], best[new], evaluate)
     worker_gpus = cols["tp"] * cols["pp"] * cols["adp"]
-    workers = np.floor(gpus / worker_gpus)
+    # whole workers only: one straddling two NVLink domains would cross the NICs where it is
+    # priced inside one (cost_models.worker_placement; 144 GB200: 8 x 16 GPUs, not 9)
+    workers = whole_workers(gpus, worker_gpus, cols["tp"] * cols["adp"], ctx.cluster.gpus_per_node)
     moe = ctx.model.moe is not None
     keep = out["fits"] & (workers >= 1)
     df = pd.DataFrame({
@@ -258,21 +261,24 @@ def _per_row(side: dict, idx, ref: str) -> dict:
     return {k: v[idx] for k, v in side.items() if isinstance(v, np.ndarray) and v.shape == shape}
 
 
-def _worker_counts(gpus: int, gp: float, gd: float) -> tuple[np.ndarray, np.ndarray]:
+def _worker_counts(gpus: int, gp: float, gd: float, domain: int) -> tuple[np.ndarray, np.ndarray]:
     """The (prefill, decode) worker counts a disaggregated search pairs for workers of ``gp`` and
-    ``gd`` GPUs on ``gpus``: prefill counts ``PREFILL_COUNTS`` (every one up to 64, then a fixed
-    geometric grid); decode counts every one up to 16 and the powers of two (neither grid moves
-    with the GPU count, so a pairing of them that fits in n GPUs is still tried in n + 1: more
-    GPUs never lose it), and as many as fit beside each prefill count."""
-    most = gpus // int(gp)
+    ``gd`` GPUs (no pipeline stages) on ``gpus`` in NVLink domains of ``domain``: prefill counts
+    ``PREFILL_COUNTS`` (every one up to 64, then a fixed geometric grid); decode counts every one
+    up to 16 and the powers of two (neither grid moves with the GPU count, so a pairing of them
+    that fits in n GPUs is still tried in n + 1: more GPUs never lose it), and as many as fit
+    beside each prefill count; only pairings whose workers all sit whole in the domains
+    (``cost_models.worker_placement.pair_fits``)."""
+    most = int(whole_workers(gpus, gp, gp, domain))
     n_p = PREFILL_COUNTS[PREFILL_COUNTS <= most]
-    fill = np.floor((gpus - n_p * gp) / gd)
+    fill = most_beside(gpus, gp, gp, n_p, gd, gd, domain)
     counts = np.unique(np.concatenate([np.arange(1.0, 17.0),
                                        2.0 ** np.arange(0, int(np.log2(max(gpus // int(gd), 1))) + 1)]))
     np_ = np.concatenate([n_p, np.repeat(n_p, len(counts))])
     nd_ = np.concatenate([fill, np.tile(counts, len(n_p))])
     pairs = np.unique(np.stack([np_, nd_], axis=1), axis=0).reshape(-1, 2)
-    pairs = pairs[(pairs[:, 1] >= 1) & (pairs[:, 0] * gp + pairs[:, 1] * gd <= gpus)]
+    pairs = pairs[(pairs[:, 1] >= 1) & (pairs[:, 0] * gp + pairs[:, 1] * gd <= gpus)
+                  & pair_fits(gpus, gp, gp, pairs[:, 0], gd, gd, pairs[:, 1], domain)]
     return pairs[:, 0], pairs[:, 1]
 
 
@@ -456,7 +462,7 @@ def _disagg_bound(ctx, table: _DecodeTable, pre: dict, p_ok: np.ndarray, gpus: i
             ls = np.flatnonzero((lay_gpus == gd) & (rate_max > 0.0))
             if ls.size == 0:
                 continue
-            n_p, n_d = _worker_counts(gpus, gp, gd)
+            n_p, n_d = _worker_counts(gpus, gp, gd, ctx.cluster.gpus_per_node)
             if n_p.size == 0:
                 continue
             g = n_p * gp + n_d * gd
@@ -566,7 +572,7 @@ def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int, ttft_ms: float |
     pi_all, di_all, npw_all, ndw_all = [], [], [], []
     for gp in np.unique(pre["gpus"][p_keep]):
         for gd in np.unique(dec["gpus"][d_keep]):
-            np_, nd_ = _worker_counts(gpus, gp, gd)
+            np_, nd_ = _worker_counts(gpus, gp, gd, ctx.cluster.gpus_per_node)
             if np_.size == 0:
                 continue
             ps = p_keep[pre["gpus"][p_keep] == gp]

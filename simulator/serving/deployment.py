@@ -142,6 +142,9 @@ class Deployment:
             model's MTP modules; ``model_specs.draft_head``).
         layout, workers: agg worker layout and worker count.
         prefill, prefill_workers, decode, decode_workers: disagg layouts and counts.
+        gpus_given: the GPUs the deployment is given (``serve simulate --gpus``, ``serve plan
+            --gpus``), at least its workers' own (None: those); its workers must sit whole in
+            their NVLink domains (``placement_error``), the rest stay idle.
     """
 
     model: str
@@ -162,6 +165,7 @@ class Deployment:
     prefill_workers: int = 1
     decode: WorkerLayout | None = None
     decode_workers: int = 1
+    gpus_given: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -190,6 +194,11 @@ class Deployment:
                                  "check the number")
         if self.gpus > MAX_GPUS:        # as a training job: larger is a typo, and TTFTs would reach 1e39 s
             refuse_too_many_gpus(self)
+        if self.gpus_given is not None:
+            object.__setattr__(self, "gpus_given", whole_number("--gpus", self.gpus_given))
+            if self.gpus_given < self.gpus:
+                raise InputError("--gpus", f"{as_given(self.gpus_given)} is fewer than the {self.gpus} GPUs the "
+                                 "workers use", f"give --gpus {self.gpus} or more, or leave it out")
 
     @property
     def gpus(self) -> int:
@@ -207,3 +216,32 @@ class Deployment:
 
     def with_(self, **changes) -> "Deployment":
         return replace(self, **changes)
+
+
+def placement_error(dep: Deployment, domain_gpus: int, cluster_name: str) -> InputError | None:
+    """The ``InputError`` of a deployment whose workers do not all sit whole in the NVLink domains
+    of ``domain_gpus`` GPUs of the GPUs it is given (``gpus_given``, else its workers' own:
+    ``cost_models.worker_placement``, the rule ``serve plan`` counts workers by), naming the
+    largest count that does; None where they sit whole. 9 workers of 16 GB200 on 144 GPUs (two
+    NVL72 racks, 4 whole workers to a rack): at most 8."""
+    from cost_models.worker_placement import most_beside, pair_fits, whole_workers
+    given = dep.gpus_given if dep.gpus_given is not None else dep.gpus
+    g = int(domain_gpus)
+    rule = (f"a worker of at most {g} GPUs sits inside one {g}-GPU NVLink domain of {cluster_name}, a larger one "
+            "on whole domains from a domain's first GPU (cost_models/worker_placement.py)")
+    more = f"or give them more GPUs (--gpus, the rest idle)"
+    if dep.mode == "agg":
+        lay = dep.layout
+        most = int(whole_workers(given, lay.gpus, lay.tp * lay.adp, g))
+        if dep.workers <= most:
+            return None
+        return InputError("--workers", f"{dep.workers} workers of {lay.gpus} GPUs do not sit whole in {given} GPUs: "
+                          f"{rule}; at most {most} do", f"use --workers {most}, " + more if most else more[3:])
+    p, d = dep.prefill, dep.decode
+    if bool(pair_fits(given, p.gpus, p.tp * p.adp, dep.prefill_workers, d.gpus, d.tp * d.adp, dep.decode_workers, g)):
+        return None
+    most = int(max(most_beside(given, p.gpus, p.tp * p.adp, dep.prefill_workers, d.gpus, d.tp * d.adp, g), 0))
+    where = f"beside {dep.prefill_workers} prefill workers of {p.gpus} GPUs"
+    return InputError("--decode-workers", f"{dep.decode_workers} decode workers of {d.gpus} GPUs do not sit whole "
+                      f"{where} in {given} GPUs: {rule}; at most {most} do",
+                      f"use --decode-workers {most}, " + more if most else "use fewer prefill workers, " + more)

@@ -13,7 +13,7 @@ from cost_models.weight_formats import scale_block, slice_holds_whole_blocks
 
 from hardware_specs.errors import InputError
 from simulator.serving.context import ServingContext
-from simulator.serving.deployment import Deployment, WorkerLayout, refuse_too_many_gpus
+from simulator.serving.deployment import Deployment, WorkerLayout, placement_error, refuse_too_many_gpus
 from simulator.serving.aggregated import memory_columns
 from simulator.serving.disaggregated import largest_prefill_batch
 from simulator.serving.evaluate import evaluate_agg_columns, evaluate_disagg_columns
@@ -168,6 +168,13 @@ def _refuse_prefill_batch(ctx: ServingContext, dep: Deployment) -> None:
                      f"activations (at most {most})", f"use --prefill-batch {most} or less, or raise --prefill-tp")
 
 
+def _check_placement(ctx: ServingContext, dep: Deployment) -> None:
+    """Refuse workers that do not sit whole in the cluster's NVLink domains (``placement_error``):
+    they are priced as if they did."""
+    if (split := placement_error(dep, ctx.cluster.gpus_per_node, ctx.cluster.name)) is not None:
+        raise split
+
+
 def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require_fit: bool = True) -> ServingReport:
     """Predict one deployment. With ``require_fit`` a batch whose KV cache does not fit is an
     ``InputError`` saying how many fit and what would make more fit."""
@@ -191,6 +198,7 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
         refuse_too_many_gpus(dep, gpus_domain, f"the {gpus_domain:,} GPUs of {ctx.cluster.name}")
     if dep.mode == "agg":
         _check_layout(ctx, dep.layout, "")
+        _check_placement(ctx, dep)
         cols = _cols(dep.layout)
         cols.update(isl=np.array([float(dep.isl)]), osl=np.array([float(dep.osl)]))
         out = evaluate_agg_columns(ctx, cols)
@@ -199,6 +207,7 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
     else:
         _check_layout(ctx, dep.prefill, "prefill-")
         _check_layout(ctx, dep.decode, "decode-")
+        _check_placement(ctx, dep)
         cols = {f"prefill_{k}": v for k, v in _cols(dep.prefill).items()}
         cols.update({f"decode_{k}": v for k, v in _cols(dep.decode).items()})
         cols.update(prefill_workers=np.array([float(dep.prefill_workers)]),

@@ -1,0 +1,67 @@
+"""Serving workers sit whole in NVLink domains (cost_models.worker_placement): the planner counts
+only those, and serve simulate refuses a count that cannot be placed so. Numbers are counted by
+hand from the domain sizes (GB200 NVL72: 72 GPUs a rack; DGX H100: 8 a node)."""
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cost_models.worker_placement import most_beside, pair_fits, whole_workers
+from paraplan.cli import main
+
+
+@pytest.mark.parametrize("gpus, worker, stage, domain, want", [
+    (144, 16, 16, 72, 8),      # 4 whole 16-GPU workers a rack (64 of 72), not 144 // 16 = 9
+    (144, 64, 64, 72, 2),
+    (144, 8, 8, 72, 18),       # 8 divides 72: as before
+    (144, 128, 128, 72, 1),    # rack 0 and 56 GPUs of rack 1
+    (288, 128, 128, 72, 2),    # each from a rack's first GPU: racks 0-1 and 2-3
+    (16, 16, 16, 72, 1),       # inside one rack: as before
+    (24, 4, 4, 8, 6),          # 8-GPU nodes, a worker dividing the node: as before
+    (24, 6, 2, 8, 3),          # tp 2 x pp 3: one to a node, not 24 // 6 = 4
+    (24, 3, 1, 8, 6),          # pp 3: two to a node, not 8
+    (12, 12, 4, 8, 1),         # tp 4 x pp 3 on 12 H100: node 0 and 4 GPUs of node 1
+    (24, 12, 4, 8, 1),         # the second would start mid-node
+    (32, 12, 4, 8, 2),
+])
+def test_whole_workers_counts_by_hand(gpus, worker, stage, domain, want):
+    assert whole_workers(gpus, worker, stage, domain) == want
+
+
+def test_whole_workers_is_vectorised():
+    got = whole_workers(144.0, np.array([16.0, 32.0, 64.0]), np.array([16.0, 32.0, 64.0]), 72)
+    assert got.tolist() == [8.0, 4.0, 2.0]
+
+
+def test_disaggregated_workers_sit_whole_too():
+    # decode 64 in rack 0 leaves 8 GPUs there: no 16-GPU prefill worker; rack 1 holds 4 of them
+    assert most_beside(144, 64, 64, 1, 16, 16, 72) == 4
+    assert bool(pair_fits(144, 16, 16, 4, 64, 64, 1, 72))
+    assert not bool(pair_fits(144, 16, 16, 5, 64, 64, 1, 72))     # 80 + 64 <= 144, but the 5th straddles
+    # 8 prefill workers of 4 beside a 64-GPU decode worker: 2 in rack 0's last 8 GPUs, 6 in rack 1
+    assert bool(pair_fits(144, 4, 4, 8, 64, 64, 1, 72))
+    assert most_beside(144, 64, 64, 3, 4, 4, 72) == -1           # 3 decode workers of 64 do not fit
+
+
+R1 = ["-m", "deepseek-r1", "-s", "gb200-nvl72", "-b", "trtllm", "--precision", "nvfp4", "--isl", "1024", "--osl", "1024"]
+
+
+def test_simulate_refuses_workers_straddling_racks():
+    res = CliRunner().invoke(main, ["serve", "simulate", *R1, "--adp", "16", "--moe-ep", "16", "--batch", "144",
+                                    "--workers", "9"])
+    assert res.exit_code == 2
+    assert "at most 8" in res.output and "NVLink domain" in res.output
+
+
+def test_simulate_takes_them_on_enough_gpus():
+    res = CliRunner().invoke(main, ["serve", "simulate", *R1, "--adp", "16", "--moe-ep", "16", "--batch", "16",
+                                    "--workers", "9", "--gpus", "216", "--json"])
+    assert res.exit_code == 0, res.output
+
+
+def test_plan_counts_whole_workers_only():
+    from planners.serving.search import _agg
+    from simulator.serving.context import ServingContext
+    ctx = ServingContext.build("deepseek-r1", "gb200-nvl72", "trtllm", "nvfp4", "nvfp4")
+    df = _agg(ctx, 144, 1024, 1024, 1, allow_pp=False)
+    sixteen = df[(df.tp == 1) & (df.adp == 16)]
+    assert len(sixteen) and (sixteen.workers == 8).all() and (sixteen.gpus_used == 128).all()
