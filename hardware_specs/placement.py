@@ -60,11 +60,20 @@ def segment_host(host, kept_gpus: int, domain_gpus: int):
 
 
 def placement_note(cluster, n_gpus: int) -> str:
-    """A line for reports where ``placed_cluster`` places the job other than whole domains: how
-    many GPUs of each NVLink domain it holds, and why; '' where it does not."""
-    placed = placed_cluster(cluster, n_gpus)
-    if placed.gpus_per_node == cluster.gpus_per_node:
+    """A line for reports on a job of several NVLink domains of several hosts each (GB200 / GB300
+    NVL72 racks): how many GPUs of each domain it holds, in how many domains, and why; '' for a
+    job inside one domain and on clusters whose domain is one host (an 8-GPU node). 256 GPUs sit
+    64 in each of four racks (``placed_cluster``); 576 in 8 whole racks of 72."""
+    g, h, n = int(cluster.gpus_per_node), int(cluster.launch_gpus_per_host), int(n_gpus)
+    if cluster.scaleup.kind != "nvlink" or n <= g or h >= g:
         return ""
-    return (f"{n_gpus} GPUs sit {placed.gpus_per_node} in each {cluster.gpus_per_node}-GPU NVLink domain of "
-            f"{cluster.name} (Slurm segments of {placed.gpus_per_node // cluster.launch_gpus_per_host} hosts, as "
-            "Megatron-Bridge's launcher asks: hardware_specs/placement.py)")
+    placed = placed_cluster(cluster, n).gpus_per_node
+    if placed != g:
+        return (f"{n} GPUs sit {placed} in each {g}-GPU NVLink domain of "
+                f"{cluster.name} (Slurm segments of {placed // h} hosts, as "
+                "Megatron-Bridge's launcher asks: hardware_specs/placement.py)")
+    if n % g == 0 and n % h == 0:
+        return (f"{n} GPUs sit in {n // g} whole {g}-GPU NVLink domains of {cluster.name} (Slurm segments of "
+                f"{g // h} hosts, a domain each, as Megatron-Bridge's launcher asks: hardware_specs/placement.py)")
+    return (f"{n} GPUs fill {n // g} {g}-GPU NVLink domain{'s' if n // g > 1 else ''} of {cluster.name} and hold "
+            f"{n % g} GPUs of one more (no Slurm segment of whole hosts tiles them: hardware_specs/placement.py)")

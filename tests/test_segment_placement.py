@@ -132,4 +132,9 @@ def test_simulate_and_plan_say_where_a_multi_rack_job_sits_and_say_nothing_other
     assert plan.exit_code == 0 and note in plan.output.splitlines()[:5]
     whole = CliRunner().invoke(main, ["simulate", "-m", "llama3-70b", "-c", "gb200-nvl72", "-n", "144", "--tp", "2",
                                       "--global-batch", "288"])
-    assert whole.exit_code == 0 and "Slurm segments" not in whole.output
+    # whole racks: said too (README: multi-rack jobs' reports say where they sit)
+    assert whole.exit_code == 0 and ("144 GPUs sit in 2 whole 72-GPU NVLink domains of gb200-nvl72 (Slurm segments "
+                                     "of 18 hosts, a domain each") in whole.output
+    one = CliRunner().invoke(main, ["simulate", "-m", "llama3-70b", "-c", "gb200-nvl72", "-n", "64", "--tp", "2",
+                                    "--global-batch", "128"])
+    assert one.exit_code == 0 and "NVLink domain" not in one.output

@@ -315,7 +315,12 @@ def render_simulation(report) -> str:
         lines.append(f"layout   disaggregated: {d.prefill_workers} x prefill {label(d.prefill)} "
                      f"({prompts_per_step(d.prefill.batch)}) + {d.decode_workers} x decode {label(d.decode)} "
                      f"({_requests(d.decode.batch)} per rank)")
-    lines.append(f"load     isl {d.isl} / osl {d.osl} tokens, {_requests(d.concurrency)} in flight on {_gpus(d.gpus)}")
+    lines.append(f"load     isl {d.isl} / osl {d.osl} tokens, {_requests(d.concurrency)} in flight on {_gpus(d.gpus)}"
+                 + (f" (of {d.gpus_given} given, {d.gpus_given - d.gpus} idle)"
+                    if d.gpus_given is not None and d.gpus_given > d.gpus else ""))
+    from simulator.serving.deployment import placement_note
+    if note := placement_note(d, ctx.cluster):
+        lines.append(f"place    {note}")
     if ctx.speculative_tokens:
         lines.append(f"decode   speculative: {ctx.drafter} drafts {ctx.speculative_tokens} token"
                      f"{'s' if ctx.speculative_tokens > 1 else ''} a step, each accepted with p = "

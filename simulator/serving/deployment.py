@@ -245,3 +245,36 @@ def placement_error(dep: Deployment, domain_gpus: int, cluster_name: str) -> Inp
     return InputError("--decode-workers", f"{dep.decode_workers} decode workers of {d.gpus} GPUs do not sit whole "
                       f"{where} in {given} GPUs: {rule}; at most {most} do",
                       f"use --decode-workers {most}, " + more if most else "use fewer prefill workers, " + more)
+
+
+def placement_note(dep: Deployment, cluster) -> str:
+    """A line for ``serve simulate``'s report on a deployment of more than one NVLink domain of
+    several hosts (GB200 / GB300 NVL72 racks, as ``hardware_specs.placement.placement_note`` says
+    of training jobs): how its workers sit in the domains (``cost_models.worker_placement``) and,
+    for a worker larger than a domain, that it spans several, its collectives crossing the NICs
+    between them; '' inside one domain and where a domain is one host (8-GPU nodes). 8 workers of 16
+    GB200: 4 to a rack, 2 racks; one of 128: 72 + 56 GPUs of 2 racks."""
+    import math
+    g, cluster_name = int(cluster.gpus_per_node), cluster.name
+    given = dep.gpus_given if dep.gpus_given is not None else dep.gpus
+    if given <= g or cluster.scaleup.kind != "nvlink" or cluster.launch_gpus_per_host >= g:
+        return ""
+    sides = [("", dep.layout, dep.workers)] if dep.mode == "agg" else [
+        ("prefill ", dep.prefill, dep.prefill_workers), ("decode ", dep.decode, dep.decode_workers)]
+    parts = []
+    for role, lay, count in sides:
+        w = lay.gpus
+        if w > g:
+            k = math.ceil(w / g)
+            split = " + ".join([str(g)] * (k - 1) + [str(w - (k - 1) * g)])
+            parts.append(f"each {role}worker of {w} GPUs spans {k} {g}-GPU NVLink domains of {cluster_name} "
+                         f"({split} GPUs), its collectives crossing the NICs between them")
+        elif dep.mode == "agg":
+            per = g // w
+            parts.append(f"{count} workers of {w} GPUs sit whole, {min(per, count)} to a {g}-GPU NVLink domain of "
+                         f"{cluster_name}: {math.ceil(count / per)} domains")
+        else:
+            parts.append(f"{role}workers of {w} GPUs sit whole in one {g}-GPU NVLink domain each")
+    if dep.mode == "disagg":
+        parts[-1] += f" of {cluster_name}"
+    return "; ".join(parts) + f" ({given} GPUs: {math.ceil(given / g)} domains; cost_models/worker_placement.py)"
