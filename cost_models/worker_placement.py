@@ -54,25 +54,30 @@ def whole_workers(gpus, worker_gpus, stage_gpus, domain_gpus):
 def most_beside(gpus, first_gpus, first_stage, n_first, second_gpus, second_stage, domain_gpus):
     """The most workers of the second kind that sit whole beside ``n_first`` of the first kind on
     ``gpus`` GPUs, the first kind placed first from the first domain as ``whole_workers`` places
-    them, the second in the free part of the domain where the first end and the domains after
-    it (-1 where the first kind alone does not fit), per row. A disaggregated deployment's
+    them, the second in the free part of every domain the first use (the idle rest of a domain
+    packed with them, of the domain they end in, of a spanning worker's last domain) and in the
+    domains after them (-1 where the first kind alone does not fit), per row. A disaggregated deployment's
     prefill and decode workers each sit whole so (``pair_fits``)."""
     n, g = _f(gpus), float(domain_gpus)
-    n1 = _f(n_first)
+    n1, w1, w2 = _f(n_first), _f(first_gpus), _f(second_gpus)
     k1, per1, last1 = _shape(first_gpus, first_stage, domain_gpus)
     full = np.floor(n / g)
     rest = n - full * g
-    # domains the first kind touches, and the GPUs of the last of them it uses
+    fits2 = lambda free: np.where(w2 <= g, np.floor(np.maximum(free, 0.0) / np.maximum(w2, 1.0)), 0.0)  # noqa: E731
+    # a first-kind worker of at most a domain: whole1 domains packed per1 to a domain (the idle
+    # rest of each takes second-kind workers), left1 more in one domain after them
     whole1 = np.floor(n1 / per1)
     left1 = n1 - whole1 * per1
-    touched = np.where(k1 == 1.0, whole1 + (left1 > 0), n1 * k1)
-    used_last = np.where(k1 == 1.0, np.where(left1 > 0, left1 * _f(first_gpus), 0.0), np.where(n1 > 0, last1, 0.0))
-    size_last = np.where(touched <= full, g, rest)
-    free_last = np.where(used_last > 0, np.maximum(size_last - used_last, 0.0), 0.0)
+    packed = (np.minimum(whole1, full) * fits2(g - per1 * w1)
+              + (whole1 > full) * fits2(rest - per1 * w1)
+              + (left1 > 0) * fits2(np.where(whole1 < full, g, rest) - left1 * w1))
+    # a larger one: the free part of each worker's last domain
+    ends_full = np.minimum(n1, np.floor(full / k1))
+    spanning = ends_full * fits2(g - last1) + (n1 - ends_full) * fits2(rest - last1)
+    small = k1 == 1.0
+    touched = np.where(small, whole1 + (left1 > 0), n1 * k1)
     after = np.maximum(full - touched, 0.0) * g + np.where(touched <= full, rest, 0.0)
-    w2 = _f(second_gpus)
-    in_last = np.where(w2 <= g, np.floor(free_last / np.maximum(w2, 1.0)), 0.0)
-    second = in_last + whole_workers(after, second_gpus, second_stage, domain_gpus)
+    second = np.where(small, packed, spanning) + whole_workers(after, second_gpus, second_stage, domain_gpus)
     return np.where(whole_workers(n, first_gpus, first_stage, domain_gpus) >= n1, second, -1.0)
 
 

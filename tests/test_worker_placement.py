@@ -40,6 +40,12 @@ def test_disaggregated_workers_sit_whole_too():
     # 8 prefill workers of 4 beside a 64-GPU decode worker: 2 in rack 0's last 8 GPUs, 6 in rack 1
     assert bool(pair_fits(144, 4, 4, 8, 64, 64, 1, 72))
     assert most_beside(144, 64, 64, 3, 4, 4, 72) == -1           # 3 decode workers of 64 do not fit
+    # 3 decode workers of 32: 2 in rack 0 (8 GPUs left: 2 prefill of 4), 1 in rack 1 (40 left: 10)
+    assert most_beside(144, 32, 32, 3, 4, 4, 72) == 12
+    assert bool(pair_fits(144, 4, 4, 12, 32, 32, 3, 72))
+    assert not bool(pair_fits(144, 4, 4, 13, 32, 32, 3, 72))
+    # a 128-GPU decode worker (72 + 56) leaves 16 GPUs of rack 1: 4 prefill workers of 4
+    assert most_beside(144, 128, 128, 1, 4, 4, 72) == 4
 
 
 R1 = ["-m", "deepseek-r1", "-s", "gb200-nvl72", "-b", "trtllm", "--precision", "nvfp4", "--isl", "1024", "--osl", "1024"]
