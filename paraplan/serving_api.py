@@ -217,23 +217,26 @@ def _serving_context(model, system, backend, *, backend_version, precision, expe
 
 def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl: int = 1024, tp: int = 1,
                    pp: int = 1, adp: int = 1, moe_tp: int | None = None, moe_ep: int | None = None,
-                   batch: int = 32, workers: int = 1, **context: Any) -> pd.DataFrame:
+                   batch: int = 32, workers: int = 1, gpus: int | None = None, **context: Any) -> pd.DataFrame:
     """One aggregated deployment (``serve simulate``'s numbers) as a one-row table: its inputs,
     ``ttft_ms``, ``ttft_p90_ms``, ``tpot_ms``, ``latency_ms``, ``tokens_per_s_per_gpu``,
     ``tokens_per_s_per_user``, ``max_batch_per_rank``, ``fits``, the decode step by part
     (``decode_<part>_ms``), memory per GPU by part (``<part>_gib``), whether the numbers rest on
     fitted factors (``efficiency_fitted``) and how far the fitted model was off on measured runs
     of this engine (``validation_ttft_err_pct`` / ``validation_tpot_err_pct``, None where none).
+    ``gpus``: the GPUs given (``serve simulate --gpus``; default the workers' own), in whose
+    NVLink domains the workers must sit whole (``cost_models.worker_placement``).
     ``context``: the ``serving_context`` keywords (``CONTEXT_FIELDS``)."""
     _refuse_unknown(context, "a serving deployment", SWEEP_FIELDS)
     try:
         return _serve_simulate(model, system, isl=isl, osl=osl, tp=tp, pp=pp, adp=adp, moe_tp=moe_tp, moe_ep=moe_ep,
-                               batch=batch, workers=workers, **context)
+                               batch=batch, workers=workers, gpus_given=gpus, **context)
     except InputError as exc:       # the shared layers speak the CLI's flags (--batch)
         raise _keyword_error(exc, SWEEP_FIELDS) from None
 
 
-def _serve_simulate(model, system, *, isl, osl, tp, pp, adp, moe_tp, moe_ep, batch, workers, **context) -> pd.DataFrame:
+def _serve_simulate(model, system, *, isl, osl, tp, pp, adp, moe_tp, moe_ep, batch, workers, gpus_given=None,
+                    **context) -> pd.DataFrame:
     ctx = serving_context(model, system, **context)
     check_dense(ctx.model, expert_split={"moe_tp": moe_tp, "moe_ep": moe_ep})
     dep = Deployment(model=ctx.model.name, system=ctx.cluster.name, backend=ctx.stack.name, mode="agg", isl=isl,
@@ -241,7 +244,8 @@ def _serve_simulate(model, system, *, isl, osl, tp, pp, adp, moe_tp, moe_ep, bat
                      kv_cache_dtype=context.get("kv_cache_dtype", "auto"), speculative_tokens=ctx.speculative_tokens,
                      draft_acceptance=None if ctx.acceptance_is_prior else ctx.draft_acceptance,
                      draft_model=ctx.draft_head.path if ctx.draft_head is not None else None,
-                     layout=worker_layout(tp, pp, adp, moe_tp, moe_ep, batch), workers=workers)
+                     layout=worker_layout(tp, pp, adp, moe_tp, moe_ep, batch), workers=workers,
+                     gpus_given=gpus_given)
     report = simulate_serving(dep, ctx)
     m = report.metrics
     moe = ctx.model.moe is not None     # a dense model's expert fields are missing (serve simulate --json: null)

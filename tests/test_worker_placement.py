@@ -71,3 +71,13 @@ def test_plan_counts_whole_workers_only():
     df = _agg(ctx, 144, 1024, 1024, 1, allow_pp=False)
     sixteen = df[(df.tp == 1) & (df.adp == 16)]
     assert len(sixteen) and (sixteen.workers == 8).all() and (sixteen.gpus_used == 128).all()
+
+
+def test_api_serve_simulate_takes_the_gpus_given():
+    from hardware_specs.errors import InputError
+    from paraplan import serving_api
+    args = dict(precision="nvfp4", backend="trtllm", isl=1024, osl=1024, adp=16, moe_ep=16, batch=16)
+    with pytest.raises(InputError, match="at most 8"):       # 2 racks hold 4 whole workers of 16 each
+        serving_api.serve_simulate("deepseek-r1", "gb200-nvl72", workers=9, **args)
+    row = serving_api.serve_simulate("deepseek-r1", "gb200-nvl72", workers=9, gpus=216, **args).iloc[0]
+    assert row["workers"] == 9
