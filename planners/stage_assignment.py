@@ -225,6 +225,27 @@ def _layer_kinds(model: ModelSpec) -> np.ndarray:
     return model.is_moe_layer()
 
 
+def _mtp_extras(model: ModelSpec, rates, tokens, tp, head_s: float, per_param: float, logits_bytes: float,
+                layer_cost: tuple[float, float], own_embedding: bool) -> tuple[float, float]:
+    """(seconds, bytes) per micro-batch the ``model.mtp_layers`` MTP modules add to the last
+    stage, as the step model prices them: each is one more transformer layer of the model's
+    last kind (``layer_cost``: its seconds and bytes; ``step_model._layers_on_path``), a
+    2h -> h projection (``layer_costs.mtp_projection_costs``, forward + backward) and another
+    pass through the shared LM head and loss (``head_s``; ``layer_times``' ``mtp_f``/``mtp_b``/
+    ``mtp_w``); in memory, the projection's model states (``per_param`` bytes per local
+    parameter), its logits and, on a stage without the embedding (``own_embedding`` False),
+    a copy of the embedding it reads the next tokens from (``stage_static.static_parts``).
+    DeepSeek-V3 report (arXiv 2412.19437), section 2.2."""
+    n = float(model.mtp_layers)
+    if n == 0:
+        return 0.0, 0.0
+    proj = layer_costs.mtp_projection_costs(model, rates, tokens, tp)
+    seconds = n * (layer_cost[0] + float(np.asarray(proj["fwd_s"] + proj["bwd_s"])) + head_s)
+    nbytes = (n * (layer_cost[1] + per_param * params.mtp_projection_params(model) / tp + logits_bytes)
+              + (0.0 if own_embedding else per_param * params.embedding_params(model) / tp))
+    return seconds, float(nbytes)
+
+
 def stage_assignment_for(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, config: ParallelConfig,
                          memory_limit_bytes: float) -> StageAssignment:
     """The layers of every (virtual) stage for one plan.
@@ -264,11 +285,15 @@ def stage_assignment_for(model: ModelSpec, cluster: ClusterSpec, eff: Efficiency
     emb = layer_costs.embedding_costs(model, rates, tokens)
     states = v["weights_bytes"] + v["gradients_bytes"] + v["optimizer_bytes"]
     per_param = states / max(v["params_local"], 1.0)
+    head_s = float(np.asarray(head["fwd_s"] + head["bwd_s"]))
+    mtp_s, mtp_bytes = _mtp_extras(model, rates, tokens, tp, head_s, per_param, v["logits_bytes"],
+                                   (t_m, b_m) if model.num_moe_layers else (times[0], sizes[0]),
+                                   own_embedding=n_stages == 1)
     kwargs = dict(
         first_stage_extra_s=float(np.asarray(emb["fwd_s"] + emb["bwd_s"])),
-        last_stage_extra_s=float(np.asarray(head["fwd_s"] + head["bwd_s"])),
+        last_stage_extra_s=head_s + mtp_s,
         first_stage_extra_bytes=per_param * params.embedding_params(model) / tp,
-        last_stage_extra_bytes=per_param * params.lm_head_params(model) / tp + v["logits_bytes"],
+        last_stage_extra_bytes=per_param * params.lm_head_params(model) / tp + v["logits_bytes"] + mtp_bytes,
     )
     limit = (_tensor_limit(memory_limit_bytes, memory.runtime_reserved_bytes(cluster.gpu))
              - v["zero3_buffers_bytes"]) / config.vpp
