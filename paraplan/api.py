@@ -670,7 +670,9 @@ PLANNER_FIXABLE = tuple(SEARCH_FIXABLE)
 
 def _planner_kwargs(constraints: Mapping[str, Any]) -> dict:
     """Planner keyword arguments: ``ParallelConfig`` fields become ``fixed`` entries, ``dtype``
-    becomes ``dtypes``, everything else passes through."""
+    becomes ``dtypes``, the stack's behaviour fields the planner does not search
+    (``ep_dispatch_dedup=True``) override the ``stack``'s (``StackSpec.with_training``, as
+    ``paraplan plan --ep-dispatch-dedup`` does), everything else passes through."""
     import inspect
     from planners import plan as planner_plan
     accepted = set(inspect.signature(planner_plan).parameters)
@@ -679,6 +681,7 @@ def _planner_kwargs(constraints: Mapping[str, Any]) -> dict:
     if given is not None and not isinstance(given, Mapping):
         raise InputError("fixed", f"must be a mapping of field -> value(s), got {given!r}", "e.g. fixed={'tp': 8}")
     fixed = dict(given or {})
+    switches = {}
     for name in list(kwargs):
         if name in PLANNER_FIXABLE:
             value = kwargs.pop(name)
@@ -686,6 +689,12 @@ def _planner_kwargs(constraints: Mapping[str, Any]) -> dict:
                 fixed[name] = value
         elif name == "dtype":
             kwargs["dtypes"] = _planner_dtypes(kwargs.pop("dtype"), kwargs.get("dtypes"))
+        elif name in CONFIG_FIELDS and name not in accepted and name in StackSpec.training_keys():
+            # a stack behaviour (ep_dispatch_dedup, ep_comm_overlap, ...): every plan runs with it,
+            # as ``paraplan plan --ep-dispatch-dedup`` sets it on the stack (StackSpec.with_training)
+            value = kwargs.pop(name)
+            if value is not None:
+                switches[name] = coerce_value(name, value)
         elif name in CONFIG_FIELDS and name not in accepted:
             # (one the planner takes itself passes through: global_batch, recompute_num_layers
             # with recompute fixed to full, as plan --recompute-num-layers)
@@ -693,6 +702,10 @@ def _planner_kwargs(constraints: Mapping[str, Any]) -> dict:
                              "simulate the planner's winner with it instead (api.simulate)")
     if fixed:
         kwargs["fixed"] = fixed
+    if switches and kwargs.get("stack", DEFAULT_STACK) is not None:     # (stack=None: the planner refuses it)
+        stack = kwargs.get("stack", DEFAULT_STACK)
+        spec = stack if isinstance(stack, StackSpec) else load_stack(stack)
+        kwargs["stack"] = spec.with_training(**switches)
     unknown = [k for k in kwargs if k not in accepted]
     if unknown:         # reached the planner as a TypeError ('unexpected keyword argument')
         raise InputError(unknown[0], "is neither a planner constraint nor a searched configuration field",

@@ -322,3 +322,30 @@ def test_api_arguments_of_the_wrong_kind_are_input_errors_naming_them(call, fiel
 
 def test_build_config_takes_a_model_name_as_simulate_does():
     assert api.build_config("llama3-8b", 8, tp=2, global_batch=8).dp == 4
+
+
+@pytest.mark.parametrize("field, flag", [("ep_dispatch_dedup", "--ep-dispatch-dedup"),
+                                         ("ep_comm_overlap", "--ep-comm-overlap")])
+def test_plan_takes_the_stack_switches_the_cli_plan_takes(field, flag):
+    """README: every stack switch can be overridden on plan too, the expert all-to-all's
+    --ep-comm-overlap and --ep-dispatch-dedup. `paraplan plan --ep-dispatch-dedup` sets it on
+    the stack (StackSpec.with_training); api.plan(ep_dispatch_dedup=True) refused it ('the planner
+    does not search this field'), and its advice (simulate the winner with it) priced the winner
+    of a search without it (DeepSeek-V3 on 1,024 H100: 18.65 s against 14.08 s)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from hardware_specs.catalog import load_stack
+    from paraplan.cli import main
+    args = ("deepseek-v3", "dgx-h100", 256)
+    ranked = api.plan(*args, global_batch=512, max_plans=2, **{field: True})
+    via_stack = api.plan(*args, global_batch=512, max_plans=2,
+                         stack=load_stack("megatron-core").with_training(**{field: True}))
+    plain = api.plan(*args, global_batch=512, max_plans=2)
+    r = CliRunner().invoke(main, ["plan", "-m", "deepseek-v3", "-c", "dgx-h100", "-n", "256", "--global-batch", "512",
+                                  "--json", "--top", "1", flag])
+    assert r.exit_code == 0, r.output
+    cli = json.loads(r.output)["plans"][0]
+    assert ranked.iloc[0]["step_time_s"] == cli["step_time_s"] == via_stack.iloc[0]["step_time_s"]
+    assert ranked.iloc[0]["step_time_s"] != plain.iloc[0]["step_time_s"]       # the switch is priced
