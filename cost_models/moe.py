@@ -542,7 +542,7 @@ def moe_all_to_all_time_s(dispatch_bytes, ep, etp, cluster: ClusterSpec, eff: Ef
     (token, expert) pair.
 
     Returns a dict of float arrays: ``dispatch_s``, ``combine_s``, ``etp_s`` (all-gather +
-    reduce-scatter), ``fwd_s``, ``bwd_s`` (totals), ``fwd_exposed_s``, ``bwd_exposed_s``.
+    reduce-scatter), ``etp_gather_s`` (its all-gather alone; 0 at etp 1), ``fwd_s``, ``bwd_s`` (totals), ``fwd_exposed_s``, ``bwd_exposed_s``.
     """
     ep, etp = _f(ep), _f(etp)
     stride = etp if stride is None else _f(stride)
@@ -558,11 +558,12 @@ def moe_all_to_all_time_s(dispatch_bytes, ep, etp, cluster: ClusterSpec, eff: Ef
             return group_forwarded_all_to_all_time_s(intra, inter, ep, stride, cluster, eff)
         dispatch = np.where(dedup, forwarded(d_bytes), dispatch)
         combine = np.where(dedup, forwarded(c_bytes), combine)
-    etp_s = (group_collective_time_s("all_gather", d_bytes * etp, etp, 1, cluster, eff)
-             + group_collective_time_s("reduce_scatter", c_bytes * etp, etp, 1, cluster, eff))
+    etp_gather = group_collective_time_s("all_gather", d_bytes * etp, etp, 1, cluster, eff)
+    etp_s = etp_gather + group_collective_time_s("reduce_scatter", c_bytes * etp, etp, 1, cluster, eff)
     fwd = dispatch + combine + etp_s
     hidden = np.clip(_f(overlap), 0.0, 1.0)
-    return {"dispatch_s": dispatch, "combine_s": combine, "etp_s": etp_s, "fwd_s": fwd, "bwd_s": fwd,
+    return {"dispatch_s": dispatch, "combine_s": combine, "etp_s": etp_s, "etp_gather_s": etp_gather,
+            "fwd_s": fwd, "bwd_s": fwd,
             "fwd_exposed_s": fwd * (1.0 - hidden), "bwd_exposed_s": fwd * (1.0 - hidden)}
 
 

@@ -393,12 +393,15 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             epr_full = epf
             ep_total = a2a["fwd_s"] + a2a["bwd_s"]
             ep_fwd_traffic, ep_bwd_traffic = a2a["fwd_s"], a2a["bwd_s"]
-            # recomputing the dispatch permutes the rows and sends them again (not overlapped);
+            # recomputing the dispatch permutes the rows and sends them again (not overlapped) and,
+            # with etp > 1, all-gathers them over the expert-TP group again: the tensor it drops is
+            # that all-gather's output (``moe_activation_bytes_per_layer``: rows = routed * k * etp);
             # recomputing the whole block sends them and combines them again
             # (the rows move at the experts' width: LatentMoE's latent size, else h, as the dispatch sends them)
             permute = (2.0 * routed * moe.top_k * routed_expert_width(model) * rates.act_bytes
                        / rates.hbm_bytes_per_s)
-            sel = sel + np.where(bit("moe_dispatch") & ~whole, permute + a2a["dispatch_s"], 0.0) \
+            sel = sel + np.where(bit("moe_dispatch") & ~whole, permute + a2a["dispatch_s"] + a2a["etp_gather_s"],
+                                 0.0) \
                 + np.where(whole, a2a["fwd_s"], 0.0)
         else:
             epf = epb = epb_split = epr_full = ep_total = ep_fwd_traffic = ep_bwd_traffic = 0.0 * tokens
