@@ -144,9 +144,20 @@ def ring_attention_time_s(step_bytes, cp, tp, core_fwd_s, core_bwd_s, cluster: C
 
 # ---- Ulysses ----------------------------------------------------------------------------------
 
-def ulysses_heads_ok(num_heads, tp, cp):
-    """Whether Ulysses can split the TP-local query heads over cp: ``num_heads % (tp * cp) == 0``."""
-    return np.mod(_f(num_heads), _f(tp) * _f(cp)) == 0
+def ulysses_heads_ok(num_heads, kv_heads, tp, cp):
+    """Whether Ulysses can split a TP rank's query heads and its key/value heads over cp.
+
+    Transformer Engine's all-to-all context parallelism (``cp_comm_type="a2a"``, the Ulysses that
+    Megatron-Core runs) asserts both: ``AttnFuncWithCPAndQKVOA2A.forward`` checks
+    ``q.shape[-2] % cp == 0`` and ``k.shape[-2] % cp == 0`` ("The number of attention heads needs
+    to be divisible by CP size!", NVIDIA/TransformerEngine@015d22571b
+    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py), and it
+    replicates no K/V heads. So ``num_heads % (tp * cp) == 0`` and the TP rank's key/value heads
+    (``cost_models.params.kv_heads_per_tp_rank``: ``kv_heads / tp``, one whole head where tp
+    exceeds them) divisible by cp. Vectorised over numpy arrays.
+    """
+    kv_local = kv_heads_per_tp_rank(kv_heads, tp)
+    return (np.mod(_f(num_heads), _f(tp) * _f(cp)) == 0) & (np.mod(kv_local, _f(cp)) == 0)
 
 
 def ulysses_comm_bytes(tokens_local, num_heads, kv_heads, head_dim, tp, cp, bytes_per_element=2,

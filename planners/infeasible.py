@@ -144,11 +144,28 @@ def _freed(c: SearchConstraints, keep) -> SearchConstraints:
     return replace(c, fixed=fixed, schedules=schedules)
 
 
+def _ulysses_heads_blamed(model: ModelSpec, c: SearchConstraints, keep) -> bool:
+    """Whether Ulysses' heads rule (``ulysses_heads_ok``) is what leaves the fixed values ``keep``
+    no layout: run as ring instead of Ulysses, they would have one."""
+    if "ulysses" not in c.cp_kinds:
+        return False
+    ring = replace(c, cp_kinds=tuple(dict.fromkeys("ring" if k == "ulysses" else k for k in c.cp_kinds)))
+    return not _left_no_layout(model, ring, keep)
+
+
+def _ulysses_rule(model: ModelSpec) -> str:
+    return (f"Ulysses needs the query and key/value heads of a TP rank divisible by cp (the {model.num_heads} query "
+            f"and {model.num_kv_heads} key/value heads of {model.name} over tp, then over cp; Transformer Engine's "
+            "all-to-all context parallelism replicates no key/value heads)")
+
+
 def _why_one(model: ModelSpec, c: SearchConstraints, key: str, values) -> str:
     """Why no layout has the fixed ``key`` in ``values`` (whatever else is free)."""
     lacked = _lacked_feature(key, values, c.stack_lacks)
     if lacked:
         return f"the software stack has no {STACK_FEATURES[lacked]} (its training.lacks lists {lacked})"
+    if key in ("cp", "tp") and _ulysses_heads_blamed(model, c, (key,)):
+        return _ulysses_rule(model)
     if key == "ep" and model.moe is None:
         return f"{model.name} has no experts, so ep is 1"
     if key == "vpp":
@@ -165,7 +182,7 @@ def _why_one(model: ModelSpec, c: SearchConstraints, key: str, values) -> str:
                 + (f", and on more GPUs than the {g} of one scale-up domain divide {g} or be a multiple of it "
                    "(else a tensor-parallel group spans domains unevenly)" if spans else ""))
     if key == "cp":
-        return (f"cp must divide the GPUs, and 2 x cp the sequence of {model.seq_len} tokens (ring context "
+        return (f"cp must divide the GPUs, and 2 x cp the sequence of {model.seq_len} tokens (context "
                 "parallelism gives each rank two equal chunks, one from each end)")
     if key == "sequence_parallel" and any(bool(v) for v in values):
         return (f"sequence parallelism needs tp > 1 dividing the heads and the {model.seq_len} / cp tokens of each "
@@ -184,6 +201,8 @@ def _why_two(model: ModelSpec, c: SearchConstraints, pair: tuple[str, str], what
     if set(pair) == {"pp", "vpp"}:
         return _interleaved_rule(model, c)
     if set(pair) <= set(_DEGREES):
+        if _ulysses_heads_blamed(model, c, pair):
+            return _ulysses_rule(model)
         return f"dp x tp x pp x cp must be the {what}"
     if set(pair) == {"vpp", "schedule"}:
         return ("virtual stages (vpp > 1) are the interleaved schedule's; the others run one model chunk per stage "

@@ -570,6 +570,12 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     if kinds and kinds[0] != CPKind.RING.value and not base.ok[base.columns["cp"] > 1].any():
         # a flavour fixed where no searched row runs cp > 1 prices nothing: simulate refuses it
         lacks = "context_parallel" in constraints.stack_lacks
+        if kinds[0] == CPKind.ULYSSES.value and not lacks and any(int(v) > 1 for v in fixed.get("cp", (2,))):
+            # cp > 1 was open, but no searched tp leaves a cp dividing the heads (ulysses_heads_ok)
+            raise InputError("cp_kind", "ulysses context parallelism runs no searched layout with cp > 1: Ulysses "
+                             "needs the query and key/value heads of a TP rank divisible by cp (the "
+                             f"{model.num_heads} query and {model.num_kv_heads} key/value heads of {model.name} "
+                             "over tp, then over cp)", "allow a smaller tp, or --fix cp_kind=ring or hybrid")
         raise InputError("cp_kind", f"{kinds[0]} context parallelism with cp 1 changes nothing",
                          f"drop --fix cp_kind ({stack_spec.name} runs no context parallelism)" if lacks else
                          "drop --fix cp_kind, or allow cp 2 or more (--cp 2)")

@@ -142,7 +142,8 @@ class SearchConstraints:
         cp_kinds: the context-parallel flavours the searched rows run at cp > 1 (one per searched
             dtype: the stack's ``context_parallel_kind``, or the one ``--fix cp_kind`` gives):
             a cp must split the sequence as each of them needs (``sequence_split_ok``) and, for
-            Ulysses, the tp rank's query heads (``ulysses_heads_ok``), as ``check_config`` requires.
+            Ulysses, the tp rank's query and key/value heads (``ulysses_heads_ok``), as ``check_config``
+            requires.
             The flavour itself is not an axis of the space (``cp_kind`` is taken out of ``fixed``).
         recompute_num_layers: the layers a chunk recomputes when the request fixes a full
             recomputation of N layers (``plan(recompute_num_layers=N)``): a layout whose largest
@@ -411,10 +412,10 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("scaleup", groups_tile_node(c.scaleup_gpus, dp * tp * pp * cp, tp, cp, dp) if c.scaleup_gpus else True),
         ("layers", pp <= L),
         # the searched context-parallel flavours' sequence split (validate_config.sequence_split_ok:
-        # 2 * cp equal chunks for ring, hybrid and all-gather, cp for Ulysses)
+        # 2 * cp equal chunks for every flavour)
         ("sequence", _all_kinds(c, lambda k: sequence_split_ok(model.seq_len, cp, tp, False, k))),
-        # Ulysses splits each tp rank's query heads over cp (check_config's rule)
-        ("heads", _all_kinds(c, lambda k: (cp == 1) | (k != "ulysses") | ulysses_heads_ok(h, tp, cp))),
+        # Ulysses splits each tp rank's query and key/value heads over cp (check_config's rule)
+        ("heads", _all_kinds(c, lambda k: (cp == 1) | (k != "ulysses") | ulysses_heads_ok(h, kv, tp, cp))),
         ("batch", gbs % dp == 0),
         ("stack", ~lacked_use(lacks, pp=pp, cp=cp)),
     ], len(dp), scale(0))

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from cost_models.context_parallel import ulysses_heads_ok
-from cost_models.params import tp_splits_kv_heads
+from cost_models.params import kv_heads_per_tp_rank, tp_splits_kv_heads
 from cost_models.topology import group_tiling
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
@@ -44,16 +44,19 @@ def needs_uneven_split(num_layers: int, pp: int, vpp: int, schedule) -> bool:
 def cp_sequence_chunks(cp, cp_kind="ring"):
     """Equal chunks the sequence splits into under context parallelism of degree ``cp``.
 
-    Ring and hybrid (ring across domains) context parallelism balance causal attention by giving
+    Every kind (ring, hybrid, all-gather and Ulysses) balances causal attention by giving
     each of the cp ranks two chunks, one from each end of the sequence: 2 * cp chunks (Megatron-LM
     ``get_batch_on_this_cp_rank``; ``megatron/training/arguments.py`` validate_args asserts
     ``seq_length % (2 * context_parallel_size) == 0`` for every ``--cp-comm-type``, the
     ``cp_sequence_divisible`` rule of ``paraplan/exports/megatron_flags.json``). Ulysses as
     DeepSpeed runs it (Jacobs et al. 2023) exchanges the sequence for the heads and needs no
-    balancing: cp chunks. 1 at cp = 1 (works on arrays: ``cp`` may be one)."""
+    balancing, but Megatron-Core's Ulysses (``--cp-comm-type a2a``, Transformer Engine's all-to-all)
+    shares ``get_batch_on_this_cp_rank`` and the ``2 * context_parallel_size`` assert with the other
+    kinds, and no stack here runs DeepSpeed's Ulysses (megatron-deepspeed lacks context parallelism),
+    so Ulysses too takes 2 * cp chunks. 1 at cp = 1 (works on arrays: ``cp`` may be one). ``cp_kind``
+    is kept for callers; every kind splits alike."""
     cp = np.asarray(cp)
-    kind = getattr(cp_kind, "value", cp_kind)
-    return np.where(cp > 1, cp * (1 if kind == "ulysses" else 2), 1)
+    return np.where(cp > 1, cp * 2, 1)
 
 
 def sequence_split_ok(seq_len, cp, tp, sequence_parallel, cp_kind="ring"):
@@ -86,9 +89,6 @@ def check_sequence_split(seq_len: int, cp: int, tp: int, sequence_parallel: bool
         choose = f"choose cp from {', '.join(map(str, fits))}, or " if fits else (
             "" if cp_gpus is None else f"no cp > 1 that divides the {cp_gpus} GPUs left to cp x dp splits "
             f"{seq_len} tokens so (use cp 1, or change --gpus, --tp or --pp), or ")
-        if kind == "ulysses":
-            raise InputError("cp", f"cp={cp} does not divide the sequence length {seq_len}",
-                             f"{choose}a sequence length that is a multiple of {chunks} ({lo or chunks} or {hi})")
         raise InputError("cp", f"{kind} context parallelism splits the sequence into 2 x cp = {chunks} equal chunks "
                          f"(two per rank, one from each end, to balance causal attention), which {seq_len} tokens are "
                          "not", f"{choose}a sequence length that is a multiple of {chunks} ({lo or chunks} or {hi})")
@@ -394,16 +394,20 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
         if "moe" in c.recompute_modules and model.moe is None:
             raise InputError("recompute_modules", f"moe recomputes the MoE layers; {model.name} has no experts",
                              "drop moe (mlp recomputes a dense MLP)")
-    if c.cp > 1 and c.cp_kind.value == "ulysses" and not ulysses_heads_ok(model.num_heads, c.tp, c.cp):
-        # DeepSpeed-Ulysses (Jacobs et al. 2023, section 3.1) exchanges the sequence for the heads:
-        # each of the cp ranks takes an equal share of the tp rank's query heads
+    if c.cp > 1 and c.cp_kind.value == "ulysses" and not ulysses_heads_ok(model.num_heads, model.num_kv_heads,
+                                                                          c.tp, c.cp):
+        # Transformer Engine's all-to-all CP (Megatron-Core --cp-comm-type a2a) exchanges the sequence
+        # for the heads: each of the cp ranks takes an equal share of the tp rank's query heads and of
+        # its key/value heads, with no K/V replication (cost_models.context_parallel.ulysses_heads_ok)
         local = model.num_heads / c.tp
-        # of those, the ones leaving a whole data-parallel degree on the GPUs (cp divides dp x cp)
-        fits = (", ".join(d for d in _divisors(int(local)).split(", ") if (c.dp * c.cp) % int(d) == 0)
-                if local == int(local) else "")
-        raise InputError("cp", f"Ulysses splits the {local:g} query heads of each tp rank over cp={c.cp}, which does "
-                         "not divide them", (f"choose cp from {fits}" if fits else "choose a tp that divides the heads")
-                         + ", or --cp-kind ring or hybrid")
+        kv_local = float(kv_heads_per_tp_rank(model.num_kv_heads, c.tp))
+        # cps dividing both, leaving a whole data-parallel degree on the GPUs (cp divides dp x cp)
+        fits = ([d for d in range(2, int(local) + 1) if local % d == 0 and kv_local % d == 0
+                 and (c.dp * c.cp) % d == 0] if local == int(local) and kv_local == int(kv_local) else [])
+        raise InputError("cp", f"Ulysses needs the query and key/value heads of a TP rank divisible by cp: "
+                         f"cp={c.cp} does not divide the {local:g} query and {kv_local:g} key/value heads of each "
+                         f"tp rank", (f"choose cp from {', '.join(map(str, fits))}" if fits
+                                      else "choose a smaller tp or cp") + ", or --cp-kind ring or hybrid")
     check_sequence_split(model.seq_len, c.cp, c.tp, c.sequence_parallel, c.cp_kind, c.dp * c.cp)
     if model.moe is not None:
         if model.moe.num_experts % c.ep:

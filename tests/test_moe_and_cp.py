@@ -346,8 +346,8 @@ def test_ulysses_moves_4_n_h_over_p_per_layer():
 
 
 def test_ulysses_needs_heads_divisible_by_tp_times_cp():
-    assert not cpm.ulysses_heads_ok(32, 8, 8)
-    assert cpm.ulysses_heads_ok(64, 8, 8)
+    assert not cpm.ulysses_heads_ok(32, 32, 8, 8)
+    assert cpm.ulysses_heads_ok(64, 64, 8, 8)
 
 
 def test_hybrid_puts_ulysses_inside_the_node_and_ring_across():
@@ -604,11 +604,12 @@ def test_ulysses_refuses_a_cp_that_does_not_divide_each_tp_ranks_heads(tp, cp, h
     from model_specs.catalog import load_model
     from simulator import simulate
     from simulator.parallel_config import ParallelConfig
-    assert not cpm.ulysses_heads_ok(32, tp, cp)
+    assert not cpm.ulysses_heads_ok(32, 8, tp, cp)
     model = load_model("llama3-8b")
     cfg = ParallelConfig(dp=1, tp=tp, cp=cp, cp_kind="ulysses", micro_batch=1, global_batch=8)
     with pytest.raises(InputError) as info:
         simulate(model, load_cluster("dgx-h100"), cfg, n_gpus=tp * cp)
-    assert f"Ulysses splits the {heads_per_rank} query heads of each tp rank over cp={cp}" in str(info.value)
-    ok = ParallelConfig(dp=1, tp=8, cp=4, cp_kind="ulysses", micro_batch=1, global_batch=8)
-    assert cpm.ulysses_heads_ok(32, 8, 4) and simulate(model, load_cluster("dgx-h100"), ok, n_gpus=32).step_time_s > 0
+    assert f"cp={cp} does not divide the {heads_per_rank} query" in str(info.value)
+    # 8 KV heads: tp 2 leaves 16 query and 4 KV heads a rank, which cp 4 divides
+    ok = ParallelConfig(dp=1, tp=2, cp=4, cp_kind="ulysses", micro_batch=1, global_batch=8)
+    assert cpm.ulysses_heads_ok(32, 8, 2, 4) and simulate(model, load_cluster("dgx-h100"), ok, n_gpus=8).step_time_s > 0

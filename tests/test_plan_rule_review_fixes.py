@@ -77,13 +77,14 @@ def test_the_cli_names_dualpipes_micro_batch_rule_in_one_line_and_exits_2():
 
 # ---- the sequence-length rules of context and sequence parallelism --------------------------
 
-def test_the_sequence_rule_is_2cp_chunks_for_ring_and_hybrid_cp_chunks_for_ulysses_and_seq_over_cp_over_tp_for_sp():
+def test_the_sequence_rule_is_2cp_chunks_for_every_kind_and_seq_over_cp_over_tp_for_sp():
     from simulator.validate_config import cp_sequence_chunks, sequence_split_ok
     # Megatron-LM validate_args: seq_length % (2 * cp) == 0 (load-balanced ring: two chunks a rank)
     assert [int(cp_sequence_chunks(cp, "ring")) for cp in (1, 2, 4)] == [1, 4, 8]
-    assert int(cp_sequence_chunks(4, "hybrid")) == 8 and int(cp_sequence_chunks(4, "ulysses")) == 4
+    # Megatron's assert holds for every --cp-comm-type, a2a (Ulysses) included
+    assert int(cp_sequence_chunks(4, "hybrid")) == 8 and int(cp_sequence_chunks(4, "ulysses")) == 8
     assert not sequence_split_ok(4098, 2, 1, False)          # 4098 = 4 x 1024 + 2
-    assert sequence_split_ok(4098, 2, 1, False, "ulysses")   # 2 x 2049
+    assert not sequence_split_ok(4098, 2, 1, False, "ulysses")
     assert sequence_split_ok(8192, 4, 1, False) and not sequence_split_ok(8190, 2, 1, False)
     # sequence parallelism: each cp rank's seq/cp tokens over tp
     assert not sequence_split_ok(4097, 1, 2, True) and sequence_split_ok(4097, 1, 2, False)
@@ -212,7 +213,7 @@ def test_the_cp_a_sequence_split_error_suggests_runs_on_the_gpus_given():
                             "8200", "--global-batch", "16"])
     assert "choose cp from" not in line
     assert "no cp > 1 that divides the 3 GPUs left to cp x dp splits 8200 tokens" in line
-    # Ulysses: the 32 query heads of a tp-1 rank split over cp | 32, and cp | 24 GPUs: 1, 2, 4, 8
+    # Ulysses: the 32 query and 8 key/value heads of a tp-1 rank split over cp | 8, and cp | 24 GPUs: 2, 4, 8
     line = _one_error_line(["simulate", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "24", "--cp", "24", "--cp-kind",
                             "ulysses", "--global-batch", "16"])
-    assert "(choose cp from 1, 2, 4, 8, or --cp-kind ring or hybrid)" in line
+    assert "(choose cp from 2, 4, 8, or --cp-kind ring or hybrid)" in line
