@@ -48,9 +48,9 @@ def test_megatron_refuses_ulysses_when_the_kv_heads_of_a_tp_rank_do_not_divide_b
     # 1 KV head per rank, which TE's a2a attention cannot split over cp 2
     with pytest.raises(InputError) as err:
         megatron.emit(_row(**ULYSSES, tp=8, dp=2))
-    # the table's rule (evaluated on the command: 64 // 8 = 8 query heads, max(8 // 8, 1) = 1 KV
-    # head a rank), named by the plan's field
-    assert err.value.field == "cp" and "a2a_cp_divides_heads" in str(err.value)
+    # the plan's own check (check_config, ulysses_heads_ok) refuses it first: 64 // 8 = 8 query
+    # heads, max(8 // 8, 1) = 1 KV head a rank, named by the plan's field
+    assert err.value.field == "cp" and "8 query and 1 key/value heads" in str(err.value)
     assert "\n" not in str(err.value)
     # tp 4: 16 query heads and 2 KV heads per rank, both divide by cp 2
     row = _row(**ULYSSES, tp=4, dp=4)
