@@ -71,7 +71,7 @@ def _training_from_dict(values: dict, where: str) -> TrainingBehaviour:
                 value = []
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise InputError(f"{where}.{key}", f"expected a list of names, got {value!r}")
-            value = feature_names(value, f"{where}.{key}")
+            value = feature_names(value, f"{where}.{key}") if key == "lacks" else tuple(value)
         else:
             value = str(value)
         kwargs[key] = value

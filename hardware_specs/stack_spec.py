@@ -408,6 +408,11 @@ class TrainingBehaviour:
             (``allgather``). ``paraplan simulate`` without ``--cp-kind``, the API's ``simulate``
             without ``cp_kind`` and ``paraplan plan`` without ``--fix cp_kind`` run it
             (``simulator.stack_defaults.stack_cp_kind``); read only where cp > 1. Default ``ring``.
+        context_parallel_kinds: the context-parallel flavours the release can run at all, names of
+            ``CP_KINDS`` including ``context_parallel_kind``: ``simulate`` refuses a ``--cp-kind``
+            outside them and ``plan`` a ``--fix cp_kind`` outside them
+            (``simulator.stack_defaults.check_stack_cp_kind``); each stack file cites its set.
+            Default: every flavour (a stack that does not say is not restricted).
         cp_allgather_backward: what the release's all-gather CP keeps for backward, one of
             ``CP_ALLGATHER_BACKWARD``: ``regather`` (the local K/V; backward all-gathers them
             again, then reduce-scatters dK/dV) or ``saved`` (the gathered K/V, ``cp`` x the local
@@ -466,6 +471,7 @@ class TrainingBehaviour:
     zero3_master_params: bool = False
     cross_entropy: str = "megatron_unfused"
     context_parallel_kind: str = "ring"
+    context_parallel_kinds: tuple = CP_KINDS
     cp_allgather_backward: str = "regather"
     selective_checkpoint: str = "core_attn"
     recipe_recompute: str = "none"
@@ -479,6 +485,15 @@ class TrainingBehaviour:
             value = getattr(self, name)
             if value not in allowed:
                 raise InputError(f"training.{name}", f"unknown {noun} {value!r}", "choose one of " + ", ".join(allowed))
+        object.__setattr__(self, "context_parallel_kinds", tuple(self.context_parallel_kinds))
+        for kind in self.context_parallel_kinds:
+            if kind not in CP_KINDS:
+                raise InputError("training.context_parallel_kinds", f"unknown flavour {kind!r}",
+                                 "choose from " + ", ".join(CP_KINDS))
+        if self.context_parallel_kind not in self.context_parallel_kinds:
+            raise InputError("training.context_parallel_kind", f"{self.context_parallel_kind!r} is not among the "
+                             f"flavours the release runs ({', '.join(self.context_parallel_kinds)})",
+                             "add it to training.context_parallel_kinds or choose one of them")
         if self.grad_reduce_bytes not in (2.0, 4.0):
             raise InputError("training.grad_reduce_bytes", f"must be 2 or 4, got {self.grad_reduce_bytes!r}")
         if self.fp8_recipe not in FP8_RECIPES:

@@ -45,7 +45,7 @@ from planners.vectorized import DEFAULT_CHUNK_ROWS, Evaluated, evaluate_space
 from simulator import headroom
 from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, CPKind, ParallelConfig, Schedule
 from simulator.report import TIME_PARTS
-from simulator.stack_defaults import run_cp_kind, stack_config_fields, stack_cp_kind
+from simulator.stack_defaults import check_stack_cp_kind, run_cp_kind, stack_config_fields, stack_cp_kind
 from simulator.step_model import LAYER_KEY_FIELDS
 
 GIB = 2**30
@@ -537,6 +537,9 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     if kinds is not None and len(set(kinds)) > 1:
         raise InputError("fix", f"cp_kind={','.join(kinds)}: a search runs one context-parallel flavour",
                          "fix one (--fix cp_kind=ring), and search the other in a second run")
+    if kinds:
+        for d in dtypes:        # a flavour the stack cannot run is not searched (simulate refuses it)
+            check_stack_cp_kind(stack_spec, kinds[0], model.name, cluster.gpu.name, d, flag="--fix cp_kind=")
     defaults = tuple({**stack_config_fields(stack_spec, d, model.name, cluster.gpu.name),
                       "cp_kind": kinds[0] if kinds else stack_cp_kind(stack_spec, model.name, cluster.gpu.name, d)}
                      for d in dtypes)

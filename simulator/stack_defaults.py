@@ -7,6 +7,7 @@ The step model never reads a stack's name: it reads these fields.
 """
 from __future__ import annotations
 
+from hardware_specs.errors import InputError
 from hardware_specs.stack_spec import SELECTIVE_CHECKPOINTS, StackSpec
 
 #: ParallelConfig fields a training stack sets (the rest are plan choices)
@@ -143,6 +144,21 @@ def stack_cp_kind(stack: StackSpec, model_name: str | None = None, gpu: str | No
     return str(t.context_parallel_kind) if t is not None else "ring"
 
 
+def check_stack_cp_kind(stack: StackSpec | None, kind, model_name: str | None = None, gpu: str | None = None,
+                        dtype: str | None = None, flag: str = "--cp-kind ") -> None:
+    """Raise ``InputError`` where ``stack`` cannot run the context-parallel flavour ``kind``: it is
+    not among its ``TrainingBehaviour.context_parallel_kinds`` (torchtitan all-gathers K/V, it
+    runs no Ulysses). No stack or no training behaviour: nothing to check; a stack that lacks
+    context parallelism altogether is refused by ``check_stack_features`` instead."""
+    t = stack.training_for(model_name, gpu, dtype) if stack is not None else None
+    name = str(getattr(kind, "value", kind)).strip().lower()
+    if t is None or name in t.context_parallel_kinds or "context_parallel" in t.lacks:
+        return
+    raise InputError("cp_kind", f"the {stack.name} stack runs no {name} context parallelism (its "
+                     f"training.context_parallel_kinds: {', '.join(t.context_parallel_kinds)})",
+                     " or ".join(f"use {flag}{k}" for k in t.context_parallel_kinds) + ", or another --stack")
+
+
 def run_cp_kind(cp: int, given=None, stack: StackSpec | None = None, model_name: str | None = None,
                 gpu: str | None = None, dtype: str | None = None) -> str:
     """The context-parallel flavour a run of ``cp`` ranks prices (``CPKind`` name): ``given``
@@ -152,6 +168,8 @@ def run_cp_kind(cp: int, given=None, stack: StackSpec | None = None, model_name:
     ``simulate``, ``search: simulate`` sweeps, ``paraplan plan``'s rows and the simulate command
     it prints; ``simulate`` refuses a given flavour other than ring at cp 1 on its own."""
     if given is not None:
+        if int(cp) > 1:
+            check_stack_cp_kind(stack, given, model_name, gpu, dtype)
         return str(getattr(given, "value", given)).strip().lower()
     if int(cp) <= 1 or stack is None:
         return "ring"
