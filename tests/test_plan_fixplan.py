@@ -39,7 +39,11 @@ def test_run_cp_kind_rule():
     # Megatron-Core's --cp-comm-type defaults to p2p (the ring); torchtitan all-gathers K/V
     assert run_cp_kind(4, None, load_stack("megatron-core")) == "ring"
     assert run_cp_kind(4, None, load_stack("torchtitan")) == "allgather"
-    assert run_cp_kind(4, "ulysses", load_stack("torchtitan")) == "ulysses"     # given wins
+    assert run_cp_kind(4, "ring", load_stack("torchtitan")) == "ring"           # given wins
+    # ... among the flavours the stack runs: torchtitan 0.2's rotate methods are allgather and
+    # alltoall (the ring), pytorch/torchtitan@v0.2.0 torchtitan/config/job_config.py:378-387
+    with pytest.raises(InputError, match="runs no ulysses context parallelism"):
+        run_cp_kind(4, "ulysses", load_stack("torchtitan"))
     assert run_cp_kind(1, None, load_stack("torchtitan")) == "ring"             # nothing runs at cp 1
 
 
