@@ -167,7 +167,8 @@ def ulysses_comm_bytes(tokens_local, num_heads, kv_heads, head_dim, tp, cp, byte
     Q (``a/tp`` heads), K and V (``g/tp`` heads, at least cp: replicated when fewer) and the
     output (``a/tp`` heads of v_head_dim), each ``tokens_local`` rows. Each all-to-all keeps
     1/cp of its buffer, so ~(cp-1)/cp of this leaves the GPU: 4 * N * h / cp for MHA, the
-    paper's per-link volume (Jacobs et al. 2023, section 3.2). Backward moves the same.
+    paper's per-link volume (Jacobs et al. 2023, section 3.2). Backward moves five buffers
+    (``ulysses_bwd_comm_bytes``).
     """
     v = head_dim if v_head_dim is None else v_head_dim
     q_heads = _f(num_heads) / _f(tp)
@@ -176,18 +177,42 @@ def ulysses_comm_bytes(tokens_local, num_heads, kv_heads, head_dim, tp, cp, byte
     return _f(tokens_local) * per_token * _f(bytes_per_element)
 
 
-def ulysses_time_s(a2a_bytes, group_size, stride, cluster: ClusterSpec, eff: EfficiencyModel):
+def ulysses_bwd_comm_bytes(tokens_local, num_heads, kv_heads, head_dim, tp, cp, bytes_per_element=2,
+                           v_head_dim=None):
+    """Per-GPU buffer bytes of the five backward Ulysses all-to-alls of one layer, summed.
+
+    Transformer Engine's ``AttnFuncWithCPAndQKVOA2A.backward`` (NVIDIA/TransformerEngine@015d22571b
+    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py) all-to-alls
+    ``[out, dout]`` (``a/tp`` heads of v_head_dim each) before the attention kernel and
+    ``[dq, dk, dv]`` (``a/tp`` heads of head_dim, ``g/tp`` of head_dim and of v_head_dim, K/V
+    heads at least cp as in ``ulysses_comm_bytes``) after it; ``AttnFuncWithCPAndKVP2P`` does the
+    same for the all-to-all part of ``a2a+p2p``. Each ``tokens_local`` rows. Forward moves four
+    buffers (q, k, v, out): for MHA 5 vs 4 buffers; for llama3-8b (32 query, 8 K/V heads of 128)
+    112 vs 80 x 128 elements a token, 1.4x.
+    """
+    v = head_dim if v_head_dim is None else v_head_dim
+    q_heads = _f(num_heads) / _f(tp)
+    kv = np.maximum(kv_heads_per_tp_rank(kv_heads, tp), _f(cp))
+    per_token = q_heads * (2.0 * _f(v) + _f(head_dim)) + kv * (_f(head_dim) + _f(v))
+    return _f(tokens_local) * per_token * _f(bytes_per_element)
+
+
+def ulysses_time_s(fwd_bytes, bwd_bytes, group_size, stride, cluster: ClusterSpec, eff: EfficiencyModel):
     """(forward, backward) seconds of the Ulysses all-to-alls (exposed: on the critical path).
 
-    ``a2a_bytes`` is ``ulysses_comm_bytes`` (the four buffers summed; all-to-all time is linear
-    in the buffer, plus 3 more latency terms for the four separate calls).
+    ``fwd_bytes`` is ``ulysses_comm_bytes`` (the four forward buffers summed), ``bwd_bytes``
+    ``ulysses_bwd_comm_bytes`` (the five backward ones). All-to-all time is linear in the buffer,
+    plus one latency term per further separate call: 3 in forward (four calls), 4 in backward
+    (five calls: ``flash_attn_a2a_communicate`` issues one ``all_to_all_single`` per tensor).
     """
-    one = group_collective_time_s("all_to_all", a2a_bytes, group_size, stride, cluster, eff)
-    # three more calls' start-up: (n-1) steps each at the latency of the tier the group spans
+    # each further call's start-up: (n-1) steps at the latency of the tier the group spans
     _, n_inter = group_span(group_size, stride, cluster.gpus_per_node)
     lat = np.where(n_inter > 1, cluster.scaleout.latency_s, cluster.scaleup.latency_s)
-    extra = np.where(_f(group_size) > 1, 3.0 * (_f(group_size) - 1.0) * lat, 0.0)
-    return one + extra, one + extra
+    many = _f(group_size) > 1
+    extra_fwd = np.where(many, 3.0 * (_f(group_size) - 1.0) * lat, 0.0)
+    extra_bwd = np.where(many, 4.0 * (_f(group_size) - 1.0) * lat, 0.0)
+    return (group_collective_time_s("all_to_all", fwd_bytes, group_size, stride, cluster, eff) + extra_fwd,
+            group_collective_time_s("all_to_all", bwd_bytes, group_size, stride, cluster, eff) + extra_bwd)
 
 
 # ---- all-gather (Llama 3) ------------------------------------------------------------------------
@@ -299,13 +324,15 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
         ag_bytes = ag_f = ag_b = ag_r = unused
     if has_ulysses:
         uly_bytes = ulysses_comm_bytes(tokens_local, a, g, dk, tp, cp, bytes_per_element, dv)
-        uly_f, uly_b = ulysses_time_s(uly_bytes, cp, tp, cluster, eff)
+        uly_bwd = ulysses_bwd_comm_bytes(tokens_local, a, g, dk, tp, cp, bytes_per_element, dv)
+        uly_f, uly_b = ulysses_time_s(uly_bytes, uly_bwd, cp, tp, cluster, eff)
     else:
         uly_bytes = uly_f = uly_b = unused
     if has_hybrid:
         u, r = hybrid_cp_split(cp, tp, cluster.gpus_per_node, a)
         h_uly_bytes = ulysses_comm_bytes(tokens_local, a, g, dk, tp, u, bytes_per_element, dv)
-        h_uf, h_ub = ulysses_time_s(h_uly_bytes, u, tp, cluster, eff)
+        h_uly_bwd = ulysses_bwd_comm_bytes(tokens_local, a, g, dk, tp, u, bytes_per_element, dv)
+        h_uf, h_ub = ulysses_time_s(h_uly_bytes, h_uly_bwd, u, tp, cluster, eff)
         # after the Ulysses exchange a rank holds (seq/r) tokens of (heads/u): the same K/V
         # bytes as a pure ring's block unless K/V heads had to be replicated up to u
         kv_local = kv_heads_per_tp_rank(g, tp)

@@ -345,6 +345,27 @@ def test_ulysses_moves_4_n_h_over_p_per_layer():
     assert cpm.ulysses_comm_bytes(1, 32, 8, 128, tp=1, cp=16) == (32 * 256 + 16 * 256) * 2
 
 
+
+def test_ulysses_backward_moves_out_dout_then_dq_dk_dv(cluster, eff):
+    """Transformer Engine AttnFuncWithCPAndQKVOA2A.backward (NVIDIA/TransformerEngine@015d22571b
+    context_parallel.py) all-to-alls [out, dout] before the kernel and [dq, dk, dv] after it:
+    five buffers against forward's four (q, k, v, out). llama3-8b at tp 1 (32 query heads,
+    8 K/V heads, head_dim 128): forward 32*256 + 8*256 = 80*128 elements a token, backward
+    32*(2*128 + 128) + 8*256 = 112*128, 1.4x. On the toy cluster (8 GPUs a node on 400 GB/s
+    NVLink, no latency) an all-to-all over 8 ranks sends 7/8 of its buffer."""
+    tokens = 131072 // 8
+    fwd_bytes = tokens * 80 * 128 * 2          # 335,544,320
+    bwd_bytes = tokens * 112 * 128 * 2         # 469,762,048
+    assert cpm.ulysses_comm_bytes(tokens, 32, 8, 128, tp=1, cp=8) == fwd_bytes
+    assert cpm.ulysses_bwd_comm_bytes(tokens, 32, 8, 128, tp=1, cp=8) == bwd_bytes
+    # MHA: 5 buffers against 4
+    assert cpm.ulysses_bwd_comm_bytes(1, 32, 32, 128, tp=1, cp=8) == 5 * 32 * 128 * 2
+    got = cpm.context_parallel_costs(load_model("llama3-8b"), "ulysses", tokens_local=tokens, cp=8, tp=1,
+                                     core_fwd_s=1e-3, core_bwd_s=2.5e-3, cluster=cluster, eff=eff)
+    assert got["fwd_exposed_s"] == pytest.approx(fwd_bytes * 7 / 8 / NVLINK)
+    assert got["bwd_exposed_s"] == pytest.approx(bwd_bytes * 7 / 8 / NVLINK)
+    assert got["bwd_s"] / got["fwd_s"] == pytest.approx(1.4)
+
 def test_ulysses_needs_heads_divisible_by_tp_times_cp():
     assert not cpm.ulysses_heads_ok(32, 32, 8, 8)
     assert cpm.ulysses_heads_ok(64, 64, 8, 8)
