@@ -70,9 +70,11 @@ def test_the_old_stacks_say_what_their_releases_lack_and_current_ones_lack_nothi
                  "nemo-24.09"):
         assert load_stack(name).training.lacks == ("zero2_with_pipeline", "moe_tp_without_sp"), name
     assert load_stack("pytorch-ddp").training.lacks == ()
-    # FSDP shards the parameters too (or nothing): no ZeRO-1
-    for name in ("torchtitan", "torchtitan-0.3", "torchtitan-compile", "pytorch-fsdp", "llm-foundry"):
+    # FSDP shards the parameters too (or nothing): no ZeRO-1; llm-foundry's MPT runs no context
+    # parallelism either (its stack file, unverified in Composer)
+    for name in ("torchtitan", "torchtitan-0.3", "torchtitan-compile", "pytorch-fsdp"):
         assert load_stack(name).training.lacks == ("zero1",)
+    assert load_stack("llm-foundry").training.lacks == ("context_parallel", "zero1")
     # every built-in file's entry names only known features and cites its source
     for name in ("megatron-lm-2019", "megatron-lm-2021", "megatron-lm-2022", "deepspeed-2021", "gpt-neox-2022",
                  "megatron-deepspeed", "metaseq-2022"):
