@@ -86,7 +86,7 @@ from simulator.parallel_config import BOOL_FIELDS, MAX_GLOBAL_BATCH, MAX_GPUS, P
 from planners.search_space import FIXABLE as SEARCH_FIXABLE
 from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
 from simulator.simulate import simulate as _simulate
-from simulator.stack_defaults import run_cp_kind, stack_config_fields, stack_sequence_parallel, stack_zero_stage
+from simulator.stack_defaults import check_stack_cp_kind, run_cp_kind, stack_config_fields, stack_sequence_parallel, stack_zero_stage
 
 GIB = 2**30
 GBIT = 1e9 / 8          # bytes/s in one Gb/s
@@ -489,7 +489,8 @@ def with_stack_fields(model: ModelSpec, cluster: ClusterSpec, stack: str | Stack
     stack's documented behaviour for this model, GPU and dtype
     (``simulator.stack_defaults.stack_config_fields``), sequence parallelism to the stack's
     recipes at this tensor degree, the context-parallel flavour to the stack's
-    ``context_parallel_kind`` at cp > 1 (``simulator.stack_defaults.run_cp_kind``)."""
+    ``context_parallel_kind`` at cp > 1 (``simulator.stack_defaults.run_cp_kind``); a given flavour
+    the stack does not run is refused (``simulator.stack_defaults.check_stack_cp_kind``)."""
     out = dict(fields)
     if out.get("dtype") is None:
         out["dtype"] = sixteen_bit_dtype(cluster.gpu)
@@ -502,10 +503,13 @@ def with_stack_fields(model: ModelSpec, cluster: ClusterSpec, stack: str | Stack
         tp = 1 if out.get("tp") is None else whole_number("tp", out["tp"])
         out["sequence_parallel"] = stack_sequence_parallel(spec, tp, model.name, gpu,
                                                            out["dtype"], model.moe is not None)
+    cp = 1 if out.get("cp") is None else whole_number("cp", out["cp"])
     if out.get("cp_kind") is None:
         # the flavour the stack's framework runs, as `paraplan simulate` without --cp-kind (ring at cp 1)
-        cp = 1 if out.get("cp") is None else whole_number("cp", out["cp"])
         out["cp_kind"] = run_cp_kind(cp, None, spec, model.name, gpu, out["dtype"])
+    elif cp > 1:
+        # a given flavour the stack's framework does not run is refused, as `paraplan simulate --cp-kind`
+        check_stack_cp_kind(spec, out["cp_kind"], model.name, gpu, out["dtype"], flag="cp_kind=")
     return out
 
 

@@ -51,3 +51,22 @@ def test_llm_foundry_runs_no_context_parallelism():
     r = _cli("simulate", *B, "--tp", "1", "--cp", "8", "--stack", "llm-foundry")
     assert r.returncode == 2 and "has no context parallelism" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_api_and_a_simulate_sweep_refuse_a_given_cp_kind_the_stack_lacks():
+    """torchtitan 0.3.0 all-gathers K/V only (module docstring), so a given ``cp_kind='ulysses'``
+    is refused by the API's simulate, its sweep, and a ``search: simulate`` grid point, as
+    ``paraplan simulate --cp-kind ulysses --stack torchtitan-0.3`` refuses it; they priced it."""
+    from paraplan import api
+    kw = dict(gpus=16, tp=1, cp=2, global_batch=16, stack="torchtitan-0.3")
+    with pytest.raises(InputError, match="runs no ulysses context parallelism"):
+        api.simulate("llama3-8b", "dgx-h100", cp_kind="ulysses", **kw)
+    with pytest.raises(InputError, match="runs no ulysses context parallelism"):
+        api.sweep(dict(model="llama3-8b", cluster="dgx-h100", **kw), "cp_kind", ["ulysses"])
+    api.simulate("llama3-8b", "dgx-h100", cp_kind="allgather", **kw)      # the flavour it runs
+    df = api.sweep_grid({"search": "simulate", "models": ["llama3-8b"], "clusters": ["dgx-h100"], "gpus": [16],
+                         "global_batch": [16], "stacks": ["torchtitan-0.3"],
+                         "config": {"tp": [1], "cp": [2], "cp_kind": ["ulysses", "allgather"]}})
+    by_kind = dict(zip(df.cp_kind, df.status))
+    assert by_kind == {"ulysses": "invalid", "allgather": "ok"}, df[["cp_kind", "status", "reason"]]
+    assert "runs no ulysses" in df[df.cp_kind == "ulysses"].reason.iloc[0]

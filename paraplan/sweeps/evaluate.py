@@ -28,7 +28,7 @@ from simulator import headroom
 from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
-from simulator.stack_defaults import run_cp_kind, stack_config_fields, stack_sequence_parallel, stack_zero_stage
+from simulator.stack_defaults import check_stack_cp_kind, run_cp_kind, stack_config_fields, stack_sequence_parallel, stack_zero_stage
 from simulator.step_model import evaluate
 from simulator.validate_config import check_config, placed_and_checked
 
@@ -132,6 +132,10 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster, eff
                 # the flavour the stack's framework runs, as `paraplan simulate` without --cp-kind
                 fields["cp_kind"] = run_cp_kind(int(fields["cp"]), None, stacks[point["stack"]], model.name,
                                                 cluster.gpu.name, dtype)
+            elif int(fields.get("cp", 1)) > 1:
+                # a given flavour the stack's framework does not run, as `paraplan simulate --cp-kind`
+                check_stack_cp_kind(stacks[point["stack"]], fields["cp_kind"], model.name, cluster.gpu.name,
+                                    dtype, flag="cp_kind=")
             if cluster.max_gpus is not None and point["gpus"] > cluster.max_gpus:
                 raise InputError("gpus", f"{point['gpus']} GPUs exceed the {cluster.max_gpus} of {cluster.name}")
             cluster.gpu.peak_flops(dtype)
