@@ -81,3 +81,24 @@ def test_api_serve_simulate_takes_the_gpus_given():
         serving_api.serve_simulate("deepseek-r1", "gb200-nvl72", workers=9, **args)
     row = serving_api.serve_simulate("deepseek-r1", "gb200-nvl72", workers=9, gpus=216, **args).iloc[0]
     assert row["workers"] == 9
+
+
+@pytest.mark.parametrize("gpus, ok", [(10**30, False), (2**24 + 1, False), (2**24, True)])
+def test_simulate_refuses_gpus_above_the_largest_supported(gpus, ok):
+    """--gpus had no ceiling: 10**30 ran, its domain count a rounded float. The workers' own GPUs
+    stop at simulator.parallel_config.MAX_GPUS = 2**24 = 16,777,216; the GPUs given stop there too
+    (a cap of serve plan's 4096 would refuse 1,024 workers of 8 given their own 8,192)."""
+    from hardware_specs.errors import InputError
+    from simulator.serving.deployment import Deployment, worker_layout
+    lay = worker_layout(16, 1, 1, None, None, 16)
+    make = lambda: Deployment(model="deepseek-v3", system="gb200-nvl72", backend="vllm", layout=lay,  # noqa: E731
+                              workers=9, gpus_given=gpus)
+    if ok:
+        assert make().gpus_given == 2**24
+        return
+    with pytest.raises(InputError, match="above the largest supported 16,777,216"):
+        make()
+    res = CliRunner().invoke(main, ["serve", "simulate", "-m", "deepseek-v3", "-s", "gb200-nvl72", "--tp", "16",
+                                    "--workers", "9", "--gpus", str(gpus)])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+    assert res.output.startswith("error: --gpus:")

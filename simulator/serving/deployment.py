@@ -196,6 +196,9 @@ class Deployment:
             refuse_too_many_gpus(self)
         if self.gpus_given is not None:
             object.__setattr__(self, "gpus_given", whole_number("--gpus", self.gpus_given))
+            if self.gpus_given > MAX_GPUS:   # the ceiling of the workers' own GPUs: 1e30 ran, its domains a float
+                raise InputError("--gpus", f"{as_given(self.gpus_given)} is above the largest supported "
+                                 f"{MAX_GPUS:,} GPUs", "check the number, or leave it out")
             if self.gpus_given < self.gpus:
                 raise InputError("--gpus", f"{as_given(self.gpus_given)} is fewer than the {self.gpus} GPUs the "
                                  "workers use", f"give --gpus {self.gpus} or more, or leave it out")
