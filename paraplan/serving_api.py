@@ -231,8 +231,8 @@ def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl:
     try:
         return _serve_simulate(model, system, isl=isl, osl=osl, tp=tp, pp=pp, adp=adp, moe_tp=moe_tp, moe_ep=moe_ep,
                                batch=batch, workers=workers, gpus_given=gpus, **context)
-    except InputError as exc:       # the shared layers speak the CLI's flags (--batch)
-        raise _keyword_error(exc, SWEEP_FIELDS) from None
+    except InputError as exc:       # the shared layers speak the CLI's flags (--batch, --gpus)
+        raise _keyword_error(exc, SWEEP_FIELDS + ("gpus",)) from None
 
 
 def _serve_simulate(model, system, *, isl, osl, tp, pp, adp, moe_tp, moe_ep, batch, workers, gpus_given=None,

@@ -203,3 +203,17 @@ def test_an_hbm_capacity_what_if_is_the_gpu_with_that_much_memory(tmp_path):
     with pytest.raises(InputError) as bad:
         serve_simulate(**BASE, hbm_gib="141")
     assert bad.value.field == "hbm_gib"
+
+
+def test_serve_simulate_gpus_errors_name_the_keyword_not_the_cli_flag():
+    """The API takes ``gpus=``; its errors had said ``--gpus`` (as batch=0 says ``batch``, not
+    ``--batch``). tp 4 is 4 GPUs, so gpus=2 is too few; 9 workers of 16 GB200 hold 8 on 144."""
+    from hardware_specs.errors import InputError
+    from paraplan import serving_api
+    with pytest.raises(InputError) as info:
+        serving_api.serve_simulate("llama3-70b", "dgx-h100", tp=4, gpus=2)
+    assert info.value.field == "gpus" and "--gpus" not in str(info.value) and "give gpus 4" in str(info.value)
+    with pytest.raises(InputError) as info:
+        serving_api.serve_simulate("deepseek-r1", "gb200-nvl72", precision="nvfp4", backend="trtllm", adp=16,
+                                   moe_ep=16, batch=16, workers=9)
+    assert "(gpus, the rest idle)" in str(info.value) and "--gpus" not in str(info.value)
