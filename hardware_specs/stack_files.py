@@ -67,6 +67,11 @@ def _training_from_dict(values: dict, where: str) -> TrainingBehaviour:
         elif kind is float:
             value = _number(value, f"{where}.{key}")
         elif kind is tuple:
+            if key == "context_parallel_kinds" and (value is None or value == []):
+                # not "'allgather' is not among the flavours the release runs ()" on the other key
+                raise InputError(f"{where}.{key}", f"lists no flavour (got {value!r})",
+                                 "list the flavours the release runs; a release without context parallelism "
+                                 "says lacks: [context_parallel]")
             if value is None:
                 value = []
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

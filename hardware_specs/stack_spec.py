@@ -485,7 +485,13 @@ class TrainingBehaviour:
             value = getattr(self, name)
             if value not in allowed:
                 raise InputError(f"training.{name}", f"unknown {noun} {value!r}", "choose one of " + ", ".join(allowed))
-        object.__setattr__(self, "context_parallel_kinds", tuple(self.context_parallel_kinds))
+        # each flavour once, in order, as lacks (the refusal's advice had said "use --cp-kind allgather or
+        # use --cp-kind allgather"); none at all is a release without CP: lacks: [context_parallel]
+        object.__setattr__(self, "context_parallel_kinds", tuple(dict.fromkeys(self.context_parallel_kinds)))
+        if not self.context_parallel_kinds:
+            raise InputError("training.context_parallel_kinds", "lists no flavour",
+                             "list the flavours the release runs; a release without context parallelism "
+                             "says lacks: [context_parallel]")
         for kind in self.context_parallel_kinds:
             if kind not in CP_KINDS:
                 raise InputError("training.context_parallel_kinds", f"unknown flavour {kind!r}",

@@ -218,3 +218,28 @@ def test_deepspeeds_pipeline_engine_stacks_pay_both_directions_of_a_stage_crossi
     blocking = {n for n in list_stacks() if load_stack(n).training is not None
                 and stack_config_fields(load_stack(n))["pipe_exchange_blocking"]}
     assert blocking == {"megatron-deepspeed", "gpt-neox-2022", "deepspeed-2021"}
+
+
+@pytest.mark.parametrize("kinds", [[], None])
+def test_a_stack_file_listing_no_cp_flavour_is_refused_on_that_key(kinds):
+    """context_parallel_kinds: [] or null had been refused on the other key ("training.
+    context_parallel_kind: 'allgather' is not among the flavours the release runs ()"), naming no
+    stack; a release without context parallelism says lacks: [context_parallel]."""
+    with pytest.raises(InputError) as info:
+        stack_from_dict({"name": "tt", "framework": "torchtitan",
+                         "training": {"context_parallel_kind": "allgather", "context_parallel_kinds": kinds}})
+    assert info.value.field == "stack tt.training.context_parallel_kinds"
+    assert "lacks: [context_parallel]" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_stack_files_duplicate_cp_flavours_are_listed_once():
+    """[allgather, allgather, ring] is the flavours allgather and ring; the refusal's advice had
+    said "use --cp-kind allgather or use --cp-kind allgather or use --cp-kind ring"."""
+    from simulator.stack_defaults import check_stack_cp_kind
+    s = stack_from_dict({"name": "tt", "framework": "torchtitan",
+                         "training": {"context_parallel_kind": "allgather",
+                                      "context_parallel_kinds": ["allgather", "allgather", "ring"]}})
+    assert s.training.context_parallel_kinds == ("allgather", "ring")
+    with pytest.raises(InputError) as info:
+        check_stack_cp_kind(s, "ulysses")
+    assert str(info.value).count("use --cp-kind allgather") == 1
