@@ -89,3 +89,19 @@ def pair_fits(gpus, prefill_gpus, prefill_stage, n_prefill, decode_gpus, decode_
              >= _f(n_prefill))
             | (most_beside(gpus, prefill_gpus, prefill_stage, n_prefill, decode_gpus, decode_stage, domain_gpus)
                >= _f(n_decode)))
+
+
+def least_gpus(workers, worker_gpus, stage_gpus, domain_gpus):
+    """The fewest GPUs on which ``workers`` workers of ``worker_gpus`` GPUs (pipeline stages of
+    ``stage_gpus``) sit whole in domains of ``domain_gpus`` (module docstring), per row: workers of
+    at most a domain fill ``ceil(workers / per)`` domains, the last with what is left of them; a
+    larger worker starts at a domain's first GPU, so all but the last hold their ``k`` domains
+    whole and the last ``k - 1`` domains and its last part. One GB200 NVL72 worker of tp 16 x pp 5
+    (80 GPUs, 16-GPU stages 4 to a 72-GPU rack): 72 + 16 = 88; 9 workers of 16: 72 + 72 + 16 = 160."""
+    n, w, g = _f(workers), _f(worker_gpus), float(domain_gpus)
+    k, per, last = _shape(worker_gpus, stage_gpus, domain_gpus)
+    per = np.maximum(per, 1.0)
+    domains = np.ceil(n / per)
+    small = (domains - 1.0) * g + (n - (domains - 1.0) * per) * w
+    large = (n * k - 1.0) * g + last
+    return np.where(k == 1.0, small, large)

@@ -31,3 +31,14 @@ def test_serving_whole_workers_over_racks_say_how_they_sit():
     assert res.exit_code == 0, res.output
     assert "8 workers of 16 GPUs sit whole, 4 to a 72-GPU NVLink domain of gb200-nvl72: 2 domains" in res.output
     assert "on 128 GPUs (of 144 given, 16 idle)" in res.output
+
+
+def test_a_pipelined_worker_over_two_racks_runs_by_default_and_says_where_its_stages_sit():
+    """tp 16 x pp 5 is 80 GPUs of five 16-GPU stages: 4 stages (64 GPUs) to a 72-GPU rack, the
+    fifth on the next rack's first 16, so it is held on 72 + 16 = 88 GPUs. The default budget had
+    been its own 80 ("1 workers ... at most 0 do"), and the note said 72 + 8."""
+    res = CliRunner().invoke(main, ["serve", "simulate", "-m", "deepseek-v3", "-s", "gb200-nvl72", "--tp", "16",
+                                    "--pp", "5"])
+    assert res.exit_code == 0, res.output
+    assert "spans 2 72-GPU NVLink domains of gb200-nvl72 (64 + 16 GPUs)" in res.output
+    assert "(88 GPUs: 2 domains" in res.output

@@ -216,4 +216,5 @@ def test_serve_simulate_gpus_errors_name_the_keyword_not_the_cli_flag():
     with pytest.raises(InputError) as info:
         serving_api.serve_simulate("deepseek-r1", "gb200-nvl72", precision="nvfp4", backend="trtllm", adp=16,
                                    moe_ep=16, batch=16, workers=9)
-    assert "(gpus, the rest idle)" in str(info.value) and "--gpus" not in str(info.value)
+    # 9 workers of 16 need a third rack: 72 + 72 + 16 = 160 GPUs
+    assert "(gpus 160, the rest idle)" in str(info.value) and "--gpus" not in str(info.value)

@@ -102,3 +102,22 @@ def test_simulate_refuses_gpus_above_the_largest_supported(gpus, ok):
                                     "--workers", "9", "--gpus", str(gpus)])
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
     assert res.output.startswith("error: --gpus:")
+
+
+@pytest.mark.parametrize("workers, worker, stage, domain, want", [
+    (1, 80, 16, 72, 88),       # 4 stages of 16 on rack 1 (64), the fifth on rack 2: 72 + 16
+    (2, 80, 16, 72, 232),      # the second starts at rack 3: 72 + 72 + 72 + 16
+    (9, 16, 16, 72, 160),      # 4 + 4 to a rack, the ninth on rack 3's first 16
+    (8, 16, 16, 72, 136),      # 72 + 64
+    (3, 8, 8, 8, 24), (1, 128, 128, 72, 128)])
+def test_least_gpus_by_hand(workers, worker, stage, domain, want):
+    from cost_models.worker_placement import least_gpus
+    assert least_gpus(workers, worker, stage, domain) == want
+    assert whole_workers(want, worker, stage, domain) >= workers > whole_workers(want - 1, worker, stage, domain)
+
+
+def test_a_worker_given_too_few_gpus_is_one_worker_and_the_fix_names_the_gpus_that_hold_it():
+    res = CliRunner().invoke(main, ["serve", "simulate", "-m", "deepseek-v3", "-s", "gb200-nvl72", "--tp", "16",
+                                    "--pp", "5", "--gpus", "87"])
+    assert res.exit_code == 2
+    assert "1 worker of 80 GPUs does not sit whole in 87 GPUs" in res.output and "--gpus 88" in res.output

@@ -221,15 +221,38 @@ class Deployment:
         return replace(self, **changes)
 
 
+def default_gpus(dep: Deployment, domain_gpus: int) -> int:
+    """The GPUs a deployment is given when ``serve simulate --gpus`` is not: its workers' own, or,
+    where a worker is larger than a ``domain_gpus`` NVLink domain, the fewest on which its workers
+    sit whole (``cost_models.worker_placement.least_gpus``: such a worker's stages leave part of
+    the domains it spans idle; tp 16 x pp 5 on GB200 NVL72 is 80 GPUs held on 64 + 16 of 88).
+    Workers of at most a domain keep their own count (9 of 16 GB200 on 144 GPUs are refused)."""
+    from cost_models.worker_placement import least_gpus, pair_fits
+    g = int(domain_gpus)
+    sides = [(dep.layout, dep.workers)] if dep.mode == "agg" else [(dep.prefill, dep.prefill_workers),
+                                                                   (dep.decode, dep.decode_workers)]
+    if all(lay.gpus <= g for lay, _ in sides):
+        return dep.gpus
+    least = [int(least_gpus(n, lay.gpus, lay.tp * lay.adp, g)) for lay, n in sides]
+    if dep.mode == "agg":
+        return least[0]
+    (p, n_p), (d, n_d) = sides
+    whole = lambda x: -(-x // g) * g    # noqa: E731  the domains a side's GPUs start
+    for gpus in sorted({sum(least), whole(least[0]) + least[1], whole(least[1]) + least[0]}):
+        if gpus >= dep.gpus and bool(pair_fits(gpus, p.gpus, p.tp * p.adp, n_p, d.gpus, d.tp * d.adp, n_d, g)):
+            return gpus
+    return dep.gpus
+
+
 def placement_error(dep: Deployment, domain_gpus: int, cluster_name: str) -> InputError | None:
     """The ``InputError`` of a deployment whose workers do not all sit whole in the NVLink domains
     of ``domain_gpus`` GPUs of the GPUs it is given (``gpus_given``, else its workers' own:
     ``cost_models.worker_placement``, the rule ``serve plan`` counts workers by), naming the
     largest count that does; None where they sit whole. 9 workers of 16 GB200 on 144 GPUs (two
     NVL72 racks, 4 whole workers to a rack): at most 8."""
-    from cost_models.worker_placement import most_beside, pair_fits, whole_workers
-    given = dep.gpus_given if dep.gpus_given is not None else dep.gpus
+    from cost_models.worker_placement import least_gpus, most_beside, pair_fits, whole_workers
     g = int(domain_gpus)
+    given = dep.gpus_given if dep.gpus_given is not None else default_gpus(dep, g)
     rule = (f"a worker of at most {g} GPUs sits inside one {g}-GPU NVLink domain of {cluster_name}, a larger one "
             "on whole domains from a domain's first GPU (cost_models/worker_placement.py)")
     more = f"or give them more GPUs (--gpus, the rest idle)"
@@ -238,7 +261,11 @@ def placement_error(dep: Deployment, domain_gpus: int, cluster_name: str) -> Inp
         most = int(whole_workers(given, lay.gpus, lay.tp * lay.adp, g))
         if dep.workers <= most:
             return None
-        return InputError("--workers", f"{dep.workers} workers of {lay.gpus} GPUs do not sit whole in {given} GPUs: "
+        them = "them" if dep.workers > 1 else "it"
+        more = f"or give {them} more GPUs (--gpus {int(least_gpus(dep.workers, lay.gpus, lay.tp * lay.adp, g))}, the rest idle)"
+        workers = f"{dep.workers} workers" if dep.workers > 1 else "1 worker"
+        do = "do" if dep.workers > 1 else "does"
+        return InputError("--workers", f"{workers} of {lay.gpus} GPUs {do} not sit whole in {given} GPUs: "
                           f"{rule}; at most {most} do", f"use --workers {most}, " + more if most else more[3:])
     p, d = dep.prefill, dep.decode
     if bool(pair_fits(given, p.gpus, p.tp * p.adp, dep.prefill_workers, d.gpus, d.tp * d.adp, dep.decode_workers, g)):
@@ -258,8 +285,10 @@ def placement_note(dep: Deployment, cluster) -> str:
     between them; '' inside one domain and where a domain is one host (8-GPU nodes). 8 workers of 16
     GB200: 4 to a rack, 2 racks; one of 128: 72 + 56 GPUs of 2 racks."""
     import math
+
+    from cost_models.worker_placement import _shape
     g, cluster_name = int(cluster.gpus_per_node), cluster.name
-    given = dep.gpus_given if dep.gpus_given is not None else dep.gpus
+    given = dep.gpus_given if dep.gpus_given is not None else default_gpus(dep, g)
     if given <= g or cluster.scaleup.kind != "nvlink" or cluster.launch_gpus_per_host >= g:
         return ""
     sides = [("", dep.layout, dep.workers)] if dep.mode == "agg" else [
@@ -268,8 +297,12 @@ def placement_note(dep: Deployment, cluster) -> str:
     for role, lay, count in sides:
         w = lay.gpus
         if w > g:
-            k = math.ceil(w / g)
-            split = " + ".join([str(g)] * (k - 1) + [str(w - (k - 1) * g)])
+            # its stages as placed: tp x adp GPUs each, floor(g / stage) to a domain (a stage larger
+            # than a domain back to back), as cost_models.worker_placement places them
+            stage = lay.tp * lay.adp
+            k, _, last = (int(x) for x in _shape(w, stage, g))
+            held = (g // stage) * stage if stage <= g else g
+            split = " + ".join([str(held)] * (k - 1) + [str(last)])
             parts.append(f"each {role}worker of {w} GPUs spans {k} {g}-GPU NVLink domains of {cluster_name} "
                          f"({split} GPUs), its collectives crossing the NICs between them")
         elif dep.mode == "agg":
