@@ -121,3 +121,16 @@ def test_a_worker_given_too_few_gpus_is_one_worker_and_the_fix_names_the_gpus_th
                                     "--pp", "5", "--gpus", "87"])
     assert res.exit_code == 2
     assert "1 worker of 80 GPUs does not sit whole in 87 GPUs" in res.output and "--gpus 88" in res.output
+
+
+def test_disagg_refusal_counts_decode_workers_placed_first_too():
+    """3 prefill workers of 4 and decode workers of 32 GB200 on 172 GPUs (2 racks + 28): decode
+    first sits 2 to a rack (4), the prefill workers in the 8 free GPUs of each rack; prefill first
+    leaves 60 GPUs of rack 1 (1 decode worker) + 2 on rack 2 = 3. The refusal of 5 had said
+    "at most 3" (prefill first only); 4 runs."""
+    base = ["serve", "simulate", "-m", "qwen3-235b-a22b", "-s", "gb200-nvl72", "-b", "sglang", "--mode", "disagg",
+            "--prefill-adp", "4", "--prefill-moe-ep", "4", "--prefill-workers", "3", "--decode-adp", "32",
+            "--decode-moe-ep", "32", "--gpus", "172"]
+    res = CliRunner().invoke(main, [*base, "--decode-workers", "5"])
+    assert res.exit_code == 2 and "at most 4 do" in res.output and "--decode-workers 4" in res.output, res.output
+    assert CliRunner().invoke(main, [*base, "--decode-workers", "4"]).exit_code == 0

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from hardware_specs.errors import InputError, as_given, whole_number
 from simulator.parallel_config import MAX_GPUS
 
@@ -270,7 +272,12 @@ def placement_error(dep: Deployment, domain_gpus: int, cluster_name: str) -> Inp
     p, d = dep.prefill, dep.decode
     if bool(pair_fits(given, p.gpus, p.tp * p.adp, dep.prefill_workers, d.gpus, d.tp * d.adp, dep.decode_workers, g)):
         return None
+    # the most decode workers that sit beside the prefill workers in either order (pair_fits):
+    # prefill first alone (most_beside) had said 3 where decode first holds 4
     most = int(max(most_beside(given, p.gpus, p.tp * p.adp, dep.prefill_workers, d.gpus, d.tp * d.adp, g), 0))
+    counts = np.arange(most + 1, min(dep.decode_workers, int(whole_workers(given, d.gpus, d.tp * d.adp, g)) + 1))
+    fits = pair_fits(given, p.gpus, p.tp * p.adp, dep.prefill_workers, d.gpus, d.tp * d.adp, counts, g)
+    most = int(counts[fits].max()) if fits.any() else most
     where = f"beside {dep.prefill_workers} prefill workers of {p.gpus} GPUs"
     return InputError("--decode-workers", f"{dep.decode_workers} decode workers of {d.gpus} GPUs do not sit whole "
                       f"{where} in {given} GPUs: {rule}; at most {most} do",
