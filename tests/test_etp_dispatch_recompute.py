@@ -14,43 +14,16 @@ Toy model (user YAML): h 1,024, 8 experts top-2; 4,096 tokens, tp 1, ep 2, etp 4
 import numpy as np
 import pytest
 
-from cost_models import memory, moe as moe_costs
-from cost_models.compute import compute_rates
+from cost_models import moe as moe_costs
 from cost_models.topology import group_collective_time_s
-from hardware_specs.catalog import load_cluster, load_efficiency
-from model_specs.catalog import load_model
-from simulator.config_batch import ATTENTION_KERNEL_CODES, CP_KIND_CODES
-from simulator.layer_times import layer_times
-from simulator.parallel_config import AttentionKernel, CPKind
-
-YAML = """name: moe-toy
-num_layers: 4
-hidden_size: 1024
-num_heads: 8
-num_kv_heads: 8
-ffn_hidden_size: 512
-vocab_size: 32000
-seq_len: 4096
-moe:
-  num_experts: 8
-  top_k: 2
-  expert_ffn_hidden_size: 512
-"""
+from moe_toy_layers import TOY_MOE_YAML, toy_moe_dispatch_recompute
 
 
 @pytest.mark.parametrize("etp", [1.0, 4.0])
 def test_recomputed_dispatch_gathers_the_expert_tp_rows_again(tmp_path, etp):
-    path = tmp_path / "moe-toy.yaml"
-    path.write_text(YAML)
-    model = load_model(str(path))
-    cluster, eff = load_cluster("dgx-h100"), load_efficiency("hopper")
-    rates = compute_rates(cluster.gpu, eff, "bf16")
     a = np.array
     tokens, ep = 4096.0, 2.0
-    out = layer_times(model, cluster, eff, rates, a([tokens]), a([1.0]), a([1.0]), a([False]), a([1]), a([ep]),
-                      a([etp]), a([1.0]), a([False]), a([CP_KIND_CODES[CPKind.RING]]),
-                      a([ATTENTION_KERNEL_CODES[AttentionKernel.AUTO]]), a([True]), a([False]),
-                      cuda_graphs=a([True]), modules=memory.MODULE_BITS["moe_dispatch"])
+    _, cluster, eff, rates, out = toy_moe_dispatch_recompute(tmp_path, TOY_MOE_YAML, tokens, ep, etp, False)
     permute_bytes = 2.0 * 4096 * 2 * 1024 * 2
     buffer_bytes = 4096 * 2 * 1024 * 2
     assert permute_bytes == 33_554_432 and buffer_bytes == 16_777_216
