@@ -300,9 +300,12 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
     ``ulysses_bytes``, ``allgather_bytes`` (see ``ring_attention_comm_bytes``,
     ``ulysses_comm_bytes``, ``allgather_kv_bytes``), and with
     ``rates`` the ring's extra compute ``fwd_compute_s`` / ``bwd_compute_s``
-    (``ring_attention_compute_s``), and ``allgather_recompute_s``: the K/V all-gather a layer
-    recomputed in full runs again in its recomputed forward where the gathered K/V are saved
-    (``allgather_saves_kv``; the regathering backward already counts it). All zero at cp = 1.
+    (``ring_attention_compute_s``), and ``core_attn_recompute_s``: the exchange a recomputed
+    core attention alone runs again (Megatron-Core's selective ``core_attn`` checkpoints Transformer
+    Engine's whole CP attention call, exchange included), the forward's exposed exchange except
+    where all-gather CP saved its gathered K/V (``allgather_saves_kv``: the recomputation reads
+    them). A layer recomputed in full runs its whole forward again, exchange included:
+    ``fwd_exposed_s`` once more, whatever the flavour. All zero at cp = 1.
     """
     code = _f(CP_KIND_CODES[kind] if isinstance(kind, str) else kind)
     cp, tp = _f(cp), _f(tp)
@@ -319,7 +322,8 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
     if has_allgather:
         ag_bytes = allgather_kv_bytes(step, cp)
         ag_f, ag_b = allgather_attention_time_s(step, cp, tp, cluster, eff, allgather_saves_kv)
-        ag_r = np.where(np.asarray(allgather_saves_kv, dtype=bool), ag_f, 0.0)
+        # a recomputed core attention reads the saved gathered K/V, a regathering one gathers
+        ag_r = np.where(np.asarray(allgather_saves_kv, dtype=bool), 0.0, ag_f)
     else:
         ag_bytes = ag_f = ag_b = ag_r = unused
     if has_ulysses:
@@ -371,7 +375,7 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
         "ring_step_bytes": pick(step, 0.0 * step, h_step),
         "ulysses_bytes": pick(0.0 * uly_bytes, uly_bytes, h_uly_bytes),
         "allgather_bytes": pick(0.0 * step, 0.0 * step, 0.0 * step, ag_bytes),
-        "allgather_recompute_s": pick(0.0 * step, 0.0 * step, 0.0 * step, ag_r),
+        "core_attn_recompute_s": pick(ring["fwd_exposed_s"], uly_f, h_uf + h_ring["fwd_exposed_s"], ag_r),
     }
 
 

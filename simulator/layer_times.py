@@ -282,7 +282,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             attn[kind] = dict(mixer, core_fwd_s=mixer["core_fwd_s"] + cpc["fwd_compute_s"],
                               core_bwd_s=mixer["core_bwd_s"] + cpc["bwd_compute_s"])
         else:
-            cpc = {"fwd_exposed_s": 0.0 * tokens, "bwd_exposed_s": 0.0 * tokens, "allgather_recompute_s": 0.0 * tokens}
+            cpc = {"fwd_exposed_s": 0.0 * tokens, "bwd_exposed_s": 0.0 * tokens, "core_attn_recompute_s": 0.0 * tokens}
         cpcs[kind] = cpc
 
     mods = memory.effective_modules(rc, modules, selective_modules)
@@ -440,17 +440,20 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             fwd, bwd = fwd + host_f, bwd + host_b
             rec_full, sel = rec_full + host_r, sel + host_sel
         full = rc == 2
-        # all-gather CP that saved the gathered K/V gathers again in a fully recomputed forward
-        cpr_full = cpc["allgather_recompute_s"]
+        # a recomputed attention forward runs its CP exchange again (ring steps, Ulysses
+        # all-to-alls, the K/V all-gather): a layer recomputed in full always, a layer that
+        # recomputes its core attention (``core_attn``) unless the gathered K/V are saved
+        cpr_full = cpc["fwd_exposed_s"] + 0.0 * tokens
+        cpr_sel = np.where(bit("core_attn"), cpc["core_attn_recompute_s"], 0.0) + 0.0 * tokens
         r_full = rec_full + tpr_full + epr_full + cpr_full
-        r_kind = np.where(full, r_full, sel)
+        r_kind = np.where(full, r_full, sel + cpr_sel)
         out.update({
             f"f_{kind}": fwd + tpf + cpc["fwd_exposed_s"] + epf,
             f"b_{kind}": bwd + tpb + cpc["bwd_exposed_s"] + epb,
             f"w_{kind}": wgrad + 0.0 * tokens,
             f"b_split_{kind}": bwd_split + tpb_split + cpc["bwd_exposed_s"] + epb_split,
             f"w_split_{kind}": wgrad_split, f"compute_bwd_split_{kind}": bwd_split,
-            f"r_{kind}": r_kind, f"r_full_{kind}": r_full, f"r_sel_{kind}": sel + 0.0 * tokens,
+            f"r_{kind}": r_kind, f"r_full_{kind}": r_full, f"r_sel_{kind}": sel + cpr_sel,
             # breakdown parts (compute excludes communication); the recomputation's TP / EP
             # exposure of a fully recomputed layer apart (``tp_recompute``, ``ep_recompute``)
             f"compute_fwd_{kind}": fwd, f"compute_bwd_{kind}": bwd,
@@ -460,8 +463,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             # the same with the backward run as a B apart from its W (``b_split``): what the B
             # pass leaves exposed beyond its own data-gradient GEMMs
             f"tp_base_split_{kind}": tpf + tpb_split,
-            f"tp_recompute_{kind}": tpr_full, f"cp_exposed_{kind}": cpc["fwd_exposed_s"] + cpc["bwd_exposed_s"]
-            + np.where(full, cpr_full, 0.0),
+            f"tp_recompute_{kind}": tpr_full, f"cp_exposed_{kind}": cpc["fwd_exposed_s"] + cpc["bwd_exposed_s"],
+            # the CP exchange a recomputed forward repeats: a layer recomputed in full, the others
+            f"cp_recompute_full_{kind}": cpr_full, f"cp_recompute_sel_{kind}": cpr_sel,
             f"ep_exposed_{kind}": epf + epb + np.where(full, epr_full, 0.0), f"ep_base_{kind}": epf + epb,
             f"ep_base_split_{kind}": epf + epb_split + 0.0 * tokens,
             f"ep_recompute_{kind}": epr_full + 0.0 * tokens, f"ep_total_{kind}": ep_total,

@@ -381,6 +381,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     per_layer_b_split, per_layer_w_split, off_b_split = [], [], []
     parts = {name: [] for name in ("compute", "recompute", "tp", "cp", "ep", "z3", "tp_total", "weight_cast",
                                    "recompute_full", "recompute_sel", "tp_recompute", "ep_recompute",
+                                   "cp_recompute_full", "cp_recompute_sel",
                                    "tp_total_recompute", "compute_split", "tp_split", "ep_split", "z3_split")}
     link_bw = _link_bw(cluster, batch)
     # a PCIe host link is the link the NICs use too; ZeRO and expert groups larger than a node
@@ -474,6 +475,8 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         parts["tp"].append(lay[f"tp_base_{kind}"])
         parts["tp_recompute"].append(lay[f"tp_recompute_{kind}"])
         parts["cp"].append(lay[f"cp_exposed_{kind}"])
+        parts["cp_recompute_full"].append(lay[f"cp_recompute_full_{kind}"])
+        parts["cp_recompute_sel"].append(lay[f"cp_recompute_sel_{kind}"])
         parts["ep"].append(lay[f"ep_base_{kind}"])
         parts["ep_recompute"].append(lay[f"ep_recompute_{kind}"])
         parts["z3"].append(z3f + z3b)

@@ -517,6 +517,10 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
         # the TP / EP traffic a full recomputation repeats, on the layers it covers
         out["part_tp_s"][idx] += per_layer_sum(per_layer.parts["tp_recompute"], "rc_dense", "rc_moe")
         out["part_ep_s"][idx] += per_layer_sum(per_layer.parts["ep_recompute"], "rc_dense", "rc_moe")
+        # and the CP exchange a recomputed attention forward runs again
+        out["part_cp_s"][idx] += (per_layer_sum(per_layer.parts["cp_recompute_full"], "rc_dense", "rc_moe")
+                                  + per_layer_sum(per_layer.parts["cp_recompute_sel"], at_k["dense"] - at_k["rc_dense"],
+                                                  at_k["moe"] - at_k["rc_moe"]))
         out["part_offload_s"][idx] = (per_layer_sum(per_layer.off_f, "off_dense", "off_moe")
                                       + per_layer_sum(per_layer.off_b, fused["off_dense"], fused["off_moe"])
                                       + per_layer_sum(per_layer.off_b_split, n_split["off_dense"], n_split["off_moe"]))
