@@ -48,8 +48,8 @@ attention core needs every earlier token's keys and values. Three flavours:
     A layer recomputed in full drops them and gathers again in its recomputed forward.
 
 The CP group's members are ``tp`` ranks apart (rank order tp-cp-dp-pp). Activation memory of
-long sequences is ``memory.activation_bytes_per_layer`` with seq/cp; ``cp_buffer_bytes`` gives
-the transient receive buffers CP adds. Every function takes numpy arrays or scalars.
+long sequences is ``memory.activation_bytes_per_layer`` with seq/cp; ``cp_transient_bytes`` gives
+the exchange buffers CP adds to the computing layer, by flavour (counted in a stage's activations). Every function takes numpy arrays or scalars.
 """
 from __future__ import annotations
 
@@ -377,6 +377,39 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
         "allgather_bytes": pick(0.0 * step, 0.0 * step, 0.0 * step, ag_bytes),
         "core_attn_recompute_s": pick(ring["fwd_exposed_s"], uly_f, h_uf + h_ring["fwd_exposed_s"], ag_r),
     }
+
+
+def cp_transient_bytes(model: ModelSpec, kind, tokens_local, cp, tp, gpus_per_node, allgather_saves_kv=False,
+                       bytes_per_element=2):
+    """Transient bytes one GPU holds for its computing layer's CP exchange, by flavour (``kind``:
+    a name or an array of ``CP_KIND_CODES``), at the peak of the layer's passes (backward):
+
+    * ring: ``cp_buffer_bytes`` of the ring step, ``4 * ring_step_bytes`` (K/V and dK/dV double
+      buffered: Transformer Engine ``AttnFuncWithCPAndKVP2P.backward`` receives the next step's
+      K/V and sends the accumulated dK/dV while computing the current step);
+    * Ulysses: the all-to-all outputs of backward's five buffers (``ulysses_bwd_comm_bytes``);
+    * hybrid: its Ulysses part over ``u`` ranks plus, where the ring part has more than one
+      rank, the ring buffers of the step after the Ulysses exchange (``hybrid_cp_split``);
+    * all-gather: ``allgather_buffer_bytes`` (the gathered K/V and dK/dV, or dK/dV alone where
+      the gathered K/V are saved as an activation).
+
+    Zero at cp = 1.
+    """
+    code = _f(CP_KIND_CODES[kind] if isinstance(kind, str) else kind)
+    cp, tp = _f(cp), _f(tp)
+    g, dk, dv = attention_kv_dims(model)
+    a = model.num_heads
+    step = ring_attention_comm_bytes(tokens_local, g, dk, tp, bytes_per_element, dv)
+    ring = cp_buffer_bytes(step)
+    uly = ulysses_bwd_comm_bytes(tokens_local, a, g, dk, tp, cp, bytes_per_element, dv)
+    u, r = hybrid_cp_split(cp, tp, gpus_per_node, a)
+    kv_local = kv_heads_per_tp_rank(g, tp)
+    h_step = step * np.maximum(kv_local, u) / kv_local
+    hybrid = (ulysses_bwd_comm_bytes(tokens_local, a, g, dk, tp, u, bytes_per_element, dv) * (u > 1)
+              + cp_buffer_bytes(h_step) * (r > 1))
+    gather = allgather_buffer_bytes(step, cp, allgather_saves_kv)
+    out = np.select([code == 1, code == 2, code == 3], [uly, hybrid, gather], default=ring)
+    return np.where(cp > 1, out, 0.0)
 
 
 def cp_buffer_bytes(ring_step_bytes, ulysses_bytes=0.0):

@@ -230,7 +230,7 @@ def dynamic_parts(ctx, sidx, fc: StageCells, split) -> dict:
     if fc.held_first is not None and (fc.chunks > 1).any():
         held, host = _unequal_chunks(fc, split, a, held, host)
     return {
-        # (plus all-gather context parallelism's gathered K/V of the computing layer, ``stage_context``)
+        # (plus the context-parallel exchange buffers of the computing layer, ``stage_context``)
         "activations_bytes": held
         + np.where(fc.stage["stage_dense"] + fc.stage["stage_moe"] > 0, a.get("cp_gather", 0.0), 0.0),
         "recompute_buffers_bytes": _recompute_buffer(fc, split, a, ctx.per_row["rc_group"][sidx],
