@@ -68,8 +68,10 @@ FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4", "none")
 #: default, also where a stack's buffer is not traced), ``reduce`` = the buffer is the
 #: data-parallel reduction buffer, in the dtype the run reduces in (``grad_reduce_bytes`` as
 #: resolved for the run's dtype; Megatron-Core ``grad_reduce_in_fp32``, Megatron-LM local DDP
-#: ``--accumulate-allreduce-grads-in-fp32``).
-GRAD_BUFFERS = ("fp32", "reduce")
+#: ``--accumulate-allreduce-grads-in-fp32``); ``fp16_reduce`` = ``reduce`` in fp16 runs, ``fp32``
+#: in every other dtype (a stack whose fp16 gradients are traced and whose bf16 path is not:
+#: DeepSpeed's fp16 optimizers keep the 16-bit ``p.grad``, its BF16_Optimizer fp32 gradients).
+GRAD_BUFFERS = ("fp32", "reduce", "fp16_reduce")
 #: what a stack's selective activation checkpointing recomputes in each layer, by name
 #: (``TrainingBehaviour.selective_checkpoint``), as the recompute modules of
 #: ``cost_models.memory.RECOMPUTE_MODULES``: ``core_attn`` = Megatron's (the attention core only:
@@ -362,7 +364,7 @@ class TrainingBehaviour:
             ``grad_reduce_bytes`` (as resolved for the run's dtype) per parameter (Megatron-Core
             DDP: ``torch.float if grad_reduce_in_fp32 else param.dtype``; Megatron-LM 2021-2022
             local DDP the same with ``--accumulate-allreduce-grads-in-fp32``); ``fp32`` = 4 bytes
-            whatever the reduction.
+            whatever the reduction; ``fp16_reduce`` = ``reduce`` in fp16 runs, 4 bytes otherwise.
         fp8_param_gather: ``fp8`` and ``mxfp8`` runs keep the model's compute weights only as
             Transformer Engine quantised tensors (Megatron ``--fp8-param-gather``, Megatron-Bridge
             ``mixed_precision.fp8_param_gather``): no 16-bit working copy, the fp32 master copy in

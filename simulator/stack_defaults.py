@@ -54,8 +54,9 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
     else:
         grad_bytes = float(t.grad_reduce_bytes)
     # a "reduce" buffer holds the gradients in the dtype they reduce in (fp32 or the 16-bit
-    # parameter dtype; FP8 recipes' parameters are bf16)
-    grad_buffer_bytes = grad_bytes if t.grad_buffer == "reduce" else 4.0
+    # parameter dtype; FP8 recipes' parameters are bf16); "fp16_reduce" does so in fp16 runs only
+    reduces = t.grad_buffer == "reduce" or (t.grad_buffer == "fp16_reduce" and dtype == "fp16")
+    grad_buffer_bytes = grad_bytes if reduces else 4.0
     return {
         "overlap_grad_reduce": t.overlap_grad_reduce,
         "overlap_param_gather": t.overlap_param_gather,

@@ -101,7 +101,7 @@ def test_model_state_bytes_takes_per_row_arrays_of_both_behaviours():
     ("megatron-core", "bf16", 4.0, False),          # --bf16 forces fp32 accumulation
     ("megatron-core", "fp16", 2.0, False),          # fp16 without --accumulate-allreduce-grads-in-fp32
     ("megatron-lm-2021", "fp16", 2.0, False),       # local DDP: the buffer is param.dtype
-    ("deepspeed-2021", "fp16", 4.0, False),         # not traced: today's fp32 buffer kept
+    ("deepspeed-2021", "fp16", 2.0, False),         # fp16 p.grad; fp32 only for the own partition at the step
 ])
 def test_stacks_set_the_gradient_buffer_and_fp8_parameters(stack, dtype, grad_buffer_bytes, fp8_param_gather):
     fields = stack_config_fields(load_stack(stack), dtype)
