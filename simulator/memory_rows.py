@@ -12,7 +12,7 @@ import numpy as np
 
 from cost_models import cross_entropy, memory, moe as moe_costs, params, sharding
 from cost_models.compute import LOW_PRECISION, compute_rates
-from cost_models.cross_entropy import held_loss_bytes_per_logit
+from cost_models.cross_entropy import held_loss_bytes_per_logit, loss_peak_bytes_per_logit
 from cost_models.low_precision import weight_copy_bytes_per_param
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -25,6 +25,7 @@ from simulator.step_pipeline import _layouts
 
 _UNIFORM = RECOMPUTE_METHOD_CODES[RecomputeMethod.UNIFORM]
 _GPIPE = SCHEDULE_CODES[Schedule.GPIPE]
+_DUALPIPE = SCHEDULE_CODES[Schedule.DUALPIPE]
 #: relative margin the bound keeps below the per-stage figure: the bound sums the stages in
 #: another order, so it may differ from an exact sum in the last bits
 BOUND_MARGIN = 1e-9
@@ -74,6 +75,24 @@ def losses_held(batch: ConfigBatch) -> np.ndarray:
     return cross_entropy.losses_held(np.asarray(batch.schedule) == _GPIPE, m)
 
 
+def loss_freed_bytes(batch: ConfigBatch, logits_per_micro_batch, act_bytes) -> np.ndarray:
+    """Per row, bytes of the head stage's loss (one micro-batch's logits at the loss's peak,
+    ``cross_entropy.loss_peak_bytes_per_logit`` x ``logits_per_micro_batch``) that are freed
+    before any layer of that stage is recomputed or rematerialises its selected operations, so
+    never in memory with the recompute buffer: a stage's peak holds the larger of the two, not
+    their sum (``memory_search.stage_total``). A micro-batch's backward on the head's chunk
+    starts with the loss's and the LM head's backward, which free the logits (and their fp32
+    softmax), before it reaches the chunk's last layer, whose recomputation (Megatron-Core
+    megatron/core/tensor_parallel/random.py ``CheckpointFunction.backward``, run when autograd
+    reaches the checkpointed block) comes after; and in every generated order but DualPipe's the head's stage runs no backward of
+    another chunk while a loss is open (tests/test_loss_recompute_overlap.py walks them). GPipe's
+    other held losses (``losses_held`` - 1 saved tensors) stay: they are not freed. DualPipe(V)
+    runs the other direction's backward on the head's rank while a loss is open (its generated
+    order pairs a chunk's forward with the other chunk's backward): 0 there, the sum."""
+    freed = logits_per_micro_batch * loss_peak_bytes_per_logit(batch.cross_entropy, act_bytes)
+    return np.where(np.asarray(batch.schedule) == _DUALPIPE, 0.0, freed)
+
+
 def layer_params(model: ModelSpec, tp, ep, etp):
     """Per-GPU parameters of one dense layer, and of one MoE layer's non-expert and expert parts."""
     dense = params.dense_layer_params(model) / tp + params.replicated_kv_params_per_tp_rank(model, tp)
@@ -99,7 +118,8 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     at least ``z3``); the loss's logits at
     its peak, one micro-batch's (a chunk's with a chunked loss) plus what the other held losses
     keep for their backward (``logits``, bytes: ``cross_entropy.held_loss_bytes_per_logit``,
-    ``losses_held``); the offloaded optimizer fraction (``off``); the uniform recomputation
+    ``losses_held``); of those, what the head's backward frees before any layer of the stage
+    recomputes (``loss_freed``, bytes: ``loss_freed_bytes``); the offloaded optimizer fraction (``off``); the uniform recomputation
     group (``rc_group``, layers); the Adam moment bytes (``moments``); the gradient buffer's bytes
     per parameter (``grad_buffer``) and whether the quantised weights are the only ones
     (``fp8_param_gather``, 0/1) and whether a ZeRO-3 shard is the fp32 master only (``zero3_master``,
@@ -206,6 +226,7 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
                  shard=shard, expert_shard=expert_shard, z3=z3, z3_head=z3_head,
                  logits=loss_tokens * model.vocab_size / tp
                  * held_loss_bytes_per_logit(batch.cross_entropy, rates.act_bytes, losses_held(batch), chunked),
+                 loss_freed=loss_freed_bytes(batch, loss_tokens * model.vocab_size / tp, rates.act_bytes),
                  off=np.asarray(batch.offload_optimizer_fraction, dtype=float), rc_group=rc_group, zero=states_zero,
                  moments=batch.optimizer_moment_bytes, grad_buffer=batch.grad_buffer_bytes,
                  fp8_param_gather=batch.fp8_param_gather, zero3_master=batch.zero3_master_params)

@@ -25,17 +25,28 @@ _FULL = RECOMPUTE_CODES[Recompute.FULL]
 _TOTAL_KEYS = ("activations_bytes", "recompute_buffers_bytes", "offload_buffers_bytes")
 
 
-def stage_total(static_tensors, dynamic: dict, reserved_bytes: float = memory.RUNTIME_RESERVED_BYTES) -> np.ndarray:
+def recompute_beyond_loss(recompute_bytes, loss_freed_bytes=0.0):
+    """Bytes the recompute buffer adds to a stage's peak (``recompute_bytes`` less the loss's
+    logits freed before it, ``loss_freed_bytes``: ``memory_rows.loss_freed_bytes``, 0 on a stage
+    without logits): the two are never in memory at once, so the stage holds the larger, the
+    logits counted in full with the static parts and the recompute buffer for its excess."""
+    return np.maximum(recompute_bytes - loss_freed_bytes, 0.0)
+
+
+def stage_total(static_tensors, dynamic: dict, reserved_bytes: float = memory.RUNTIME_RESERVED_BYTES,
+                loss_freed=0.0) -> np.ndarray:
     """Stage totals (bytes) with the allocator's allowance (``reserved_bytes``: the device's
     runtime reserve, ``memory.runtime_reserved_bytes``): the static tensors plus the
-    activations, recompute and offload buffers of ``dynamic``."""
-    tensors = static_tensors + dynamic["activations_bytes"] + dynamic["recompute_buffers_bytes"] \
-        + dynamic["offload_buffers_bytes"]
+    activations, recompute and offload buffers of ``dynamic``, the recompute buffer beyond the
+    logits freed before it (``loss_freed``, per stage: ``recompute_beyond_loss``)."""
+    tensors = static_tensors + dynamic["activations_bytes"] \
+        + recompute_beyond_loss(dynamic["recompute_buffers_bytes"], loss_freed) + dynamic["offload_buffers_bytes"]
     return tensors + memory.allocator_allowance_bytes(tensors, reserved_bytes)
 
 
 def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_tensors, dyn: dict, row_max,
-                    offload_ok, dynamic, partial_ok=True, reserved_bytes: float = memory.RUNTIME_RESERVED_BYTES) -> dict:
+                    offload_ok, dynamic, partial_ok=True, reserved_bytes: float = memory.RUNTIME_RESERVED_BYTES,
+                    loss_freed=None) -> dict:
     """The dynamic parts of the batch's stages after the search (``dyn``: as enumerated, per
     stage of ``fc``, whose rows are ``idx`` of the batch; its arrays are updated in place, so
     they must be the caller's own): per stage, bisection on the fewest
@@ -51,16 +62,18 @@ def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_ten
     only (``stack_support``: not where it lacks ``partial_recompute``); ``dynamic(pos, counts_key, counts, keys)``: the dynamic parts
     ``keys`` (default all) of stages ``pos`` with ``counts`` per stage (``counts_key``
     ``stage_rc``: the block counts, ``offload``: the offloaded layers per chunk); ``reserved_bytes``:
-    the device's runtime reserve (``memory.runtime_reserved_bytes``)."""
+    the device's runtime reserve (``memory.runtime_reserved_bytes``); ``loss_freed``: per stage,
+    the logits freed before its recomputation (``stage_total``; None: none)."""
     if not len(row_max) or row_max.max() <= 0:
         return dyn
+    freed = np.zeros(len(static_tensors)) if loss_freed is None else np.asarray(loss_freed, dtype=float)
     bounds = row_bounds(fc.row)
     n_stages = np.diff(np.append(bounds, len(fc)))
     rc, nl = prm["rc"], prm["nl"]
 
     def totals(pos, stage_rc=None, offload=None):
         kind, counts = ("stage_rc", stage_rc) if offload is None else ("offload", offload)
-        return stage_total(static_tensors[pos], dynamic(pos, kind, counts, _TOTAL_KEYS), reserved_bytes)
+        return stage_total(static_tensors[pos], dynamic(pos, kind, counts, _TOTAL_KEYS), reserved_bytes, freed[pos])
 
     changed = []          # (stages, their dynamic parts) the search chose
 
@@ -68,7 +81,7 @@ def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_ten
         changed.append((pos, dynamic(pos, counts_key, counts)))
 
     # every row's stage totals as enumerated (full recomputation of every layer where asked)
-    t_given = stage_total(static_tensors, dyn, reserved_bytes)
+    t_given = stage_total(static_tensors, dyn, reserved_bytes, freed)
     peak_given = np.maximum.reduceat(t_given, bounds)
     enumerated_full = (rc == _FULL) & (nl == 0) & (prm["method"] != _UNIFORM)
     if enumerated_full.any():

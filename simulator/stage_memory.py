@@ -17,7 +17,9 @@ Each stage holds (``simulator.stage_cells``: every row's cells, flat):
   operations; a layer recomputed in full keeps its input; an offloaded layer keeps nothing on
   the GPU, its copy is on the host);
 * transients: what recomputation brings back during a layer's backward beyond what is stored
-  (``_recompute_buffer``), the offloaded layer whose copy is in
+  (``_recompute_buffer``) and beyond the loss's logits, which the head's backward frees before
+  (``recompute_buffers_bytes`` is that excess, ``memory_search.recompute_beyond_loss``: a stage
+  computing the loss holds the larger of the two, ``memory_rows.loss_freed_bytes``), the offloaded layer whose copy is in
   flight, one MoE layer's dispatch buffers, the
   logits of the loss (and of each MTP head) for one micro-batch (one chunk of tokens with a
   chunked loss; under GPipe plus what each other in-flight micro-batch's loss saves for its
@@ -37,7 +39,7 @@ from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES, ConfigBatch
-from simulator.memory_search import fewest_that_fit, stage_total
+from simulator.memory_search import fewest_that_fit, recompute_beyond_loss, stage_total
 from simulator.parallel_config import Recompute
 from simulator.stage_activations import (distinct_dynamic_rows, dynamic_parts, shared_dynamic, split_cells,
                                          split_inputs)
@@ -147,14 +149,16 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
             shared = shared_dynamic(prefix, rep_prm, rfc, ctx, rows_of_rep, pos)
             dyn = fewest_that_fit(prm, idx, fc, fit_limit_bytes, out, static.stage("tensors"), dyn, row_max,
                                   ctx.per_row["offload_ok"][idx], shared, ctx.per_row["partial_ok"][idx],
-                                  reserved_bytes=ctx.reserved_bytes)
-        allocator, total = _stage_totals(static, dyn, ctx.reserved_bytes)
+                                  reserved_bytes=ctx.reserved_bytes, loss_freed=static.stage("loss_freed"))
+        allocator, total, shown_rc = _stage_totals(static, dyn, ctx.reserved_bytes)
         host = static.stage("host") + dyn["host"]
 
         def part(name, where):
             """Part ``name`` of the stages at ``where``."""
             if name == "allocator_bytes":
                 return allocator[where]
+            if name == "recompute_buffers_bytes":
+                return shown_rc[where]
             return dyn[name][where] if name in dyn else static.at(name, where)
 
         bounds = row_bounds(fc.row)
@@ -233,7 +237,8 @@ def _over_at_an_end(ctx, prefix, prm: dict, idx, own, rfc, rep_bounds, rep_stage
     over = either(_stage_totals(RunStatic(values, None), dyn, ctx.reserved_bytes)[1] > limit)
     if not search:
         return over
-    over &= either(stage_total(static["tensors"], dyn, ctx.reserved_bytes) > limit)
+    freed = static["loss_freed"]
+    over &= either(stage_total(static["tensors"], dyn, ctx.reserved_bytes, freed) > limit)
     may_offload = over & (prm["rc"] != _FULL) & ctx.per_row["offload_ok"][idx] & (prm["off"] == 0)
     if may_offload.any():
         r = np.flatnonzero(may_offload)
@@ -241,20 +246,27 @@ def _over_at_an_end(ctx, prefix, prm: dict, idx, own, rfc, rep_bounds, rep_stage
         hi = np.maximum(rep_row_max[own[r]] - 1.0, 1.0)
         offloaded = shared_dynamic(prefix, rep_prm, rfc, ctx, rows_of_rep, ends[at])(
             np.arange(len(at)), "offload", np.concatenate([hi, hi]))
-        over[r] = (stage_total(static["tensors"][at], offloaded, ctx.reserved_bytes) > limit).reshape(2, len(r)).any(axis=0)
+        over[r] = (stage_total(static["tensors"][at], offloaded, ctx.reserved_bytes, freed[at])
+                   > limit).reshape(2, len(r)).any(axis=0)
     return over
 
 
 def _stage_totals(static: RunStatic, dyn: dict, reserved_bytes: float):
-    """(allocator allowance, total) bytes per stage (``reserved_bytes``: the device's runtime
-    reserve, ``memory.runtime_reserved_bytes``), from its ``static_parts`` and
-    ``dynamic_parts``: the parts summed in ``PARTS`` order, the parts that precede the first
-    dynamic one summed once per run (the same sums: a run's stages hold equal values)."""
+    """(allocator allowance, total, recompute buffer part) bytes per stage (``reserved_bytes``:
+    the device's runtime reserve, ``memory.runtime_reserved_bytes``), from its ``static_parts``
+    and ``dynamic_parts``: the parts summed in ``PARTS`` order, the parts that precede the first
+    dynamic one summed once per run (the same sums: a run's stages hold equal values); the
+    recompute buffer counts beyond the logits freed before it (``recompute_beyond_loss``), so
+    the parts still sum to the total, which holds the larger of the two."""
     v = static.values
     head = v["weights_bytes"] + v["gradients_bytes"] + v["optimizer_bytes"]
     tensors = head if static.run is None else head[static.run]
+    shown_rc = recompute_beyond_loss(dyn["recompute_buffers_bytes"], static.stage("loss_freed"))
     for name in PARTS[3:-1]:
-        tensors = tensors + (dyn[name] if name in dyn else static.stage(name))
+        if name == "recompute_buffers_bytes":
+            tensors = tensors + shown_rc
+        else:
+            tensors = tensors + (dyn[name] if name in dyn else static.stage(name))
     allocator = memory.allocator_allowance_bytes(tensors, reserved_bytes)
-    return allocator, tensors + allocator
+    return allocator, tensors + allocator, shown_rc
 

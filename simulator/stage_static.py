@@ -133,8 +133,9 @@ def static_parts_by_run(ctx: StageContext, sidx, fc: StageRows, cells: StageCell
 def static_parts(ctx: StageContext, sidx, fc: StageCells) -> dict:
     """What of a stage's memory does not depend on recomputation or offload (per stage of
     ``fc``; ``sidx``: each stage's batch row): model states, logits, MoE dispatch and ZeRO-3
-    buffers (``parts``), the host memory of an offloaded optimizer (``host``), and ``params`` /
-    ``expert_params`` (before ZeRO) and ``layers``."""
+    buffers (``parts``), the host memory of an offloaded optimizer (``host``), the logits freed
+    before the stage's layers recompute (``loss_freed``: ``memory_rows.loss_freed_bytes`` on the
+    stages computing logits), and ``params`` / ``expert_params`` (before ZeRO) and ``layers``."""
     model = ctx.model
     g = {k: _take(x, sidx) for k, x in ctx.per_row.items()}     # broadcast rows stay views
     L_d, L_m = fc.stage["stage_dense"], fc.stage["stage_moe"]
@@ -159,4 +160,5 @@ def static_parts(ctx: StageContext, sidx, fc: StageCells) -> dict:
              "zero3_buffers_bytes": np.where((head + mtp) > 0, g["z3_head"], g["z3"]) + 0.0 * L_d}
     return {"parts": parts, "tensors": sum(parts.values()),
             "host": g["off"] * opt_params * offload.HOST_OPTIMIZER_BYTES_PER_PARAM,
+            "loss_freed": (head + mtp) * g["loss_freed"],
             "params": layer_p + end_p, "layer_params": layer_p, "expert_params": expert_p, "layers": L_d + L_m}

@@ -95,7 +95,9 @@ def test_a_search_where_nothing_fits_names_the_smallest_footprint_over_every_row
     with pytest.raises(InputError) as unpruned:
         plan("llama3-70b", "dgx-h100", 2, global_batch=8)
     assert str(pruned.value) == str(unpruned.value)
-    assert "needs 631.8 GiB" in str(pruned.value) and "192 configurations" in str(pruned.value)
+    # 631.8 GiB less the one-layer recompute buffer (0.985 GiB x 1.05 allowance): on its one
+    # stage the logits (8,192 x 128,256 / 2 x 6 B = 2.94 GiB) are freed before it is recomputed
+    assert "needs 630.8 GiB" in str(pruned.value) and "192 configurations" in str(pruned.value)
 
 
 def test_a_kept_tensor_is_dropped_by_exactly_the_modules_that_name_it():

@@ -62,7 +62,7 @@ import numpy as np
 
 from cost_models import memory, params, pool_links
 from cost_models.compute import LOW_PRECISION, activation_bytes
-from cost_models.cross_entropy import held_loss_bytes_per_logit, losses_held
+from cost_models.cross_entropy import held_loss_bytes_per_logit, loss_peak_bytes_per_logit, losses_held
 from cost_models.low_precision import saved_gemm_input_bytes_per_element, weight_copy_bytes_per_param
 from cost_models.topology import (group_collective_time_s, p2p_stage_time_s, pipeline_exchange_transfers,
                                   pipeline_send_slicing)
@@ -599,7 +599,8 @@ def stage_memory_parts(model: ModelSpec, settings: ParallelConfig, stage_params,
     ``layers`` layers of ``layer_act`` bytes each for ``in_flight`` micro-batches, plus what a
     layer's recomputation brings back at its backward beyond what it keeps (``full_act -
     layer_act``: the recomputed operations, or a fully recomputed layer less its stored input;
-    ``simulator.stage_memory._recompute_buffer`` with every layer alike), the logits on
+    ``simulator.stage_memory._recompute_buffer`` with every layer alike; on the last stage
+    beyond the logits freed before it, ``memory_rows.loss_freed_bytes``), the logits on
     the last stage, the allocator allowance (``cost_models.memory``) with the device's runtime
     reserve (``reserved_bytes``, per row: ``memory.runtime_reserved_bytes`` of its pool's device);
     ``memory_bytes`` is the total."""
@@ -617,15 +618,20 @@ def stage_memory_parts(model: ModelSpec, settings: ParallelConfig, stage_params,
                                        copy_bytes=copies, **held)
               for part, copies in ((layer_params, copy_bytes), (np.asarray(stage_params) - layer_params, 0.0))]
     w_b, g_b, o_b = (a + b for a, b in zip(*states))
-    activations = layer_act * np.asarray(layers, dtype=float) * in_flight \
-        + np.where(np.asarray(layers) > 0, np.maximum(full_act - layer_act, 0.0), 0.0)
     # the loss's peak on the last stage, per logit as the step model prices it
     # (``simulator.memory_rows``; the whole micro-batch: a plan cannot chunk the loss)
     # GPipe's last stage holds all its in-flight micro-batches' losses until their backward
     # (``memory_rows.losses_held``), the other schedules one
     held = losses_held(settings.schedule == Schedule.GPIPE, in_flight)
-    logits = (np.asarray(last) * tokens * model.vocab_size / np.asarray(tp, dtype=float)
-              * held_loss_bytes_per_logit(settings.cross_entropy, act_bytes, held))
+    per_micro_batch = np.asarray(last) * tokens * model.vocab_size / np.asarray(tp, dtype=float)
+    logits = per_micro_batch * held_loss_bytes_per_logit(settings.cross_entropy, act_bytes, held)
+    # one micro-batch's loss is freed by the head's backward before a layer is recomputed: the
+    # recompute buffer adds only what exceeds it (``memory_rows.loss_freed_bytes``; DualPipe
+    # overlaps them, so adds it whole)
+    freed = 0.0 if settings.schedule == Schedule.DUALPIPE \
+        else per_micro_batch * loss_peak_bytes_per_logit(settings.cross_entropy, act_bytes)
+    activations = layer_act * np.asarray(layers, dtype=float) * in_flight \
+        + np.maximum(np.where(np.asarray(layers) > 0, np.maximum(full_act - layer_act, 0.0), 0.0) - freed, 0.0)
     tensors = w_b + g_b + o_b + activations + logits
     allocator = memory.allocator_allowance_bytes(tensors, reserved_bytes)
     return {"weights_bytes": w_b, "gradients_bytes": g_b, "optimizer_bytes": o_b, "activations_bytes": activations,
