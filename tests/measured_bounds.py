@@ -25,7 +25,10 @@ MEAN_ERROR_BOUND = 0.20
 #: allowed change of a configuration's relative error against the committed baseline (single
 #: rounds on the shared 2-core VM spread by up to ~0.3 in relative error: ``rel_error_spread``)
 DRIFT_MARGIN = 0.3
-#: the layouts of ``validate measured`` (``compare.DEFAULT_CONFIGS``) the live test measures:
+#: rows whose errors' common shift from the baseline ``row_drift`` removes: with fewer, a row's
+#: drift is its own shift (a median of one or two rows would hide the row's own move)
+COMMON_SHIFT_MIN_ROWS = 3
+#: the layouts of ``validate measured``  (``compare.DEFAULT_CONFIGS``) the live test measures:
 #: each parallel dimension once, data parallelism through ZeRO-1, and tp2 beside tp2-recompute so
 #: that recomputation is judged as a ratio (``RATIO_PAIRS``), which a simulator blind to it fails
 MEASURED_NAMES = ("dp2-zero1", "tp2", "tp2-recompute", "pp2-mb1x4")
@@ -84,3 +87,21 @@ def ratio_failures(errors: Mapping[str, float], measured: Mapping[str, float], s
             out.append(f"{layout}/{reference}: measured ratio {math.exp(measured_log):.3f}, predicted "
                        f"{math.exp(predicted_log):.3f} ({err:+.1%}, tolerance {tol:.1%})")
     return out
+
+
+def row_drift(errors, reference):
+    """Each row's drift from the committed baseline: how far its relative error moved against
+    its baseline reference (``reference``, by the same index as ``errors``), less the move the
+    rows share, their median, where ``COMMON_SHIFT_MIN_ROWS`` or more rows have both.
+
+    A calibration reads the machine's speed once, and this VM's speed wanders 10-20% over minutes
+    (``ERROR_BOUND``'s comment), so one calibration moves every row's error the same way: the
+    fresh clone's run of 2026-12-06 predicted every row high and put pp2-mb1x4 0.34 from its
+    baseline (+27% against -7%) with no model change (``test_measured_baseline`` re-predicts the
+    baseline exactly). The drift check is for a row that moved on its own, a cost-model change to
+    one layout; a move every row shares is the calibration's and is judged by the per-row and
+    mean bounds, which catch the wrong cost models ``test_measured_baseline`` lists."""
+    shift = errors - reference
+    have = shift.notna().sum()
+    common = shift.median() if have >= COMMON_SHIFT_MIN_ROWS else 0.0
+    return (shift - common).abs()

@@ -11,7 +11,8 @@ of calibration and measurement:
   and simulated; each row's relative error must be within ``ERROR_BOUND``, their mean within
   ``MEAN_ERROR_BOUND``, the predicted tp2-recompute/tp2 ratio must match the measured one within
   the baseline's scatter (``measured_bounds.RATIO_PAIRS``; all shared with
-  ``test_measured_baseline.py``), and no row may drift by more than ``DRIFT_MARGIN`` from the committed
+  ``test_measured_baseline.py``), and no row may drift on its own (``measured_bounds.row_drift``:
+  less the rows' median move, the calibration's) by more than ``DRIFT_MARGIN`` from the committed
   ``tests/data/measured_baseline.csv`` (checked only when the baseline was recorded on a
   machine with the same fingerprint).
 
@@ -49,7 +50,7 @@ from paraplan.measure.compare import DEFAULT_CONFIGS, compare_measured  # noqa: 
 from paraplan.measure.runtime import machine_fingerprint  # noqa: E402
 from paraplan.measure.selfcheck import check_parallel_equivalence  # noqa: E402
 from measured_bounds import (BASELINE_NAMES, DRIFT_MARGIN, ERROR_BOUND, MEAN_ERROR_BOUND, MEASURED_NAMES,  # noqa: E402
-                             ratio_failures)
+                             ratio_failures, row_drift)
 
 BASELINE = Path(__file__).parent / "data" / "measured_baseline.csv"
 #: the calibration the baseline's predictions were made with (committed beside it, so that
@@ -166,7 +167,8 @@ def _share(x) -> str:
 def _off_rows(df) -> list[str]:
     """Quiet rows outside the bound or drifted from the committed baseline on their own."""
     base = _baseline_errors()
-    drift = (df["rel_error"] - df["name"].map(base)).abs().fillna(0.0)
+    quiet = ~_loaded(df)
+    drift = row_drift(df["rel_error"].where(quiet), df["name"].map(base)).fillna(0.0)
     off = (df["rel_error"].abs() > ERROR_BOUND) | (drift > DRIFT_MARGIN)
     return list(df.loc[off & ~_loaded(df), "name"])
 
@@ -399,7 +401,7 @@ def test_measured_prediction_error_has_not_drifted_from_baseline(measured):
     baseline = baseline.assign(rel_error_reference=baseline[_drift_column(baseline)])
     merged = _quiet_rows(measured).merge(baseline[["name", "rel_error_reference"]], on="name")
     assert not merged.empty, "no configuration of MEASURED_SET is in the baseline; refresh it"
-    merged["drift"] = (merged["rel_error"] - merged["rel_error_reference"]).abs()
+    merged["drift"] = row_drift(merged["rel_error"], merged["rel_error_reference"])
     drifted = merged[merged["drift"] > DRIFT_MARGIN]
     assert drifted.empty, (f"relative error moved by more than {DRIFT_MARGIN} from {BASELINE.name} "
                            f"(refresh it if the change is intended):\n"
