@@ -8,6 +8,9 @@ largest segment of at most 18 trays that divides its tray count
 ``if num_gpus_per_node == 4: segment = nodes if nodes <= 18 else`` the largest divisor of
 ``nodes`` in 18..1). 256 GPUs are 64 trays: segments of 16 trays, 64 GPUs in each of four racks,
 not 72 + 72 + 72 + 40; ranks follow the trays in order, so every 64 consecutive ranks share a rack.
+
+A TPU job larger than one pod runs as equal ICI slices joined over the data-centre network
+(``tpu_slice_chips``: PaLM's 6144 TPU v4 chips as two pods of 3072).
 """
 from __future__ import annotations
 
@@ -34,12 +37,27 @@ def placed_cluster(cluster, n_gpus: int):
     refused for straddling racks of 72. The host memory and memory bandwidth the file states for
     the whole domain shrink with it (``segment_host``). The cluster keeps its name."""
     from dataclasses import replace
+    if cluster.scaleup.kind == "ici":
+        slice_chips = tpu_slice_chips(n_gpus, cluster.gpus_per_node)
+        return cluster if slice_chips == cluster.gpus_per_node else replace(cluster, gpus_per_node=slice_chips)
     if cluster.scaleup.kind != "nvlink":
         return cluster
     per_domain = segment_gpus(n_gpus, cluster.launch_gpus_per_host, cluster.gpus_per_node)
     if per_domain == cluster.gpus_per_node:
         return cluster
     return replace(cluster, gpus_per_node=per_domain, host=segment_host(cluster.host, per_domain, cluster.gpus_per_node))
+
+
+def tpu_slice_chips(n_chips: int, pod_chips: int) -> int:
+    """Chips of each ICI slice a TPU job of ``n_chips`` runs in: a job larger than one pod runs as
+    ``k = ceil(n / pod)`` equal slices joined over the data-centre network (PaLM 540B: 6144 TPU v4
+    chips as two pods of 3072, Chowdhery et al. 2022, arXiv 2204.02311 section 4), so its ICI
+    domain is ``n / k`` chips; a job that fits one pod, or does not split evenly, keeps the pod."""
+    n, pod = int(n_chips), int(pod_chips)
+    if n <= pod:
+        return pod
+    k = -(-n // pod)
+    return n // k if n % k == 0 else pod
 
 
 def segment_host(host, kept_gpus: int, domain_gpus: int):
@@ -65,6 +83,13 @@ def placement_note(cluster, n_gpus: int) -> str:
     job inside one domain and on clusters whose domain is one host (an 8-GPU node). 256 GPUs sit
     64 in each of four racks (``placed_cluster``); 576 in 8 whole racks of 72."""
     g, h, n = int(cluster.gpus_per_node), int(cluster.launch_gpus_per_host), int(n_gpus)
+    if cluster.scaleup.kind == "ici" and n > g:
+        placed = placed_cluster(cluster, n).gpus_per_node
+        if placed != g:
+            return (f"{n} chips run as {n // placed} ICI slices of {placed} over the data-centre network: "
+                    f"equal slices of at most one {g}-chip pod, as PaLM ran 6144 TPU v4 chips in 2 pods "
+                    "of 3072 (hardware_specs/placement.py)")
+        return ""
     if cluster.scaleup.kind != "nvlink" or n <= g or h >= g:
         return ""
     placed = placed_cluster(cluster, n).gpus_per_node

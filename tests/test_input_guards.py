@@ -1020,8 +1020,12 @@ def test_an_expert_tp_whose_groups_cross_a_scale_up_domain_is_refused(tmp_path):
 
 def test_palms_tp_12_over_two_pods_runs_on_palms_own_pods():
     # PaLM 540B ran tp 12 on 6,144 chips in two Pods of 3,072 (arXiv 2204.02311 section 4): 12
-    # divides 3,072, so tpu-v4-palm takes the layout; the 4,096-chip tpu-v4-pod file would put a
-    # group across its pods and refuses it
+    # divides 3,072, so tpu-v4-palm takes the layout, and so does the 4,096-chip tpu-v4-pod file,
+    # which runs a job larger than a pod as equal slices (2 of 3,072: hardware_specs.placement);
+    # a data-parallel group of 8 x 256 = 2,048 chips (pp 3) tiles neither slice and is refused
     args = ("-m", "gpt3-175b", "-n", 6144, "--tp", 12, "--global-batch", 2048, "--recompute", "full", "--zero", 1)
     assert run("simulate", "-c", "tpu-v4-palm", *args).exit_code == 0
-    one_line_error(run("simulate", "-c", "tpu-v4-pod", *args), "error: tp: ", "4096-GPU scale-up domain of tpu-v4-pod")
+    on_pod = run("simulate", "-c", "tpu-v4-pod", *args)
+    assert on_pod.exit_code == 0 and "2 ICI slices of 3072" in on_pod.output
+    three = ("-m", "gpt3-175b", "-n", 6144, "--tp", 8, "--pp", 3, "--global-batch", 2048, "--recompute", "full")
+    one_line_error(run("simulate", "-c", "tpu-v4-pod", *three), "error: dp: ", "3072-GPU scale-up domain of tpu-v4-pod")

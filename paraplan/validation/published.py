@@ -83,7 +83,7 @@ from paraplan.validation.row_precision import unstated_dtype
 from simulator.parallel_config import ParallelConfig
 from simulator.stack_defaults import stack_config_fields, stack_cp_kind, stack_sequence_parallel, stack_zero_stage
 from simulator.stage_layout import chunk_layers
-from simulator.validate_config import check_config
+from simulator.validate_config import check_config, placed_and_checked
 
 #: the usual system of each GPU kind (validation README: "Cluster presets should carry the
 #: usual fabric of each system").
@@ -448,12 +448,14 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
     placed = placed_cluster(cluster, n)
     if _int(row, "gpus_per_node") is None and placed.gpus_per_node != cluster.gpus_per_node:
         # a multi-rack GB200 / GB300 job placed as Megatron-Bridge's launcher asks Slurm for it
-        # (NVLink racks of several trays; a TPU pod's slices are another scheduler's)
+        # (NVLink racks of several trays), a TPU job larger than a pod in equal ICI slices
         per_domain = placed.gpus_per_node
         cluster = row_cluster(gpu, per_domain, _num(row, "scaleout_gbps_per_gpu"), system)
         # the trays it holds have their share of the rack's host memory (placement.segment_host)
         cluster = replace(cluster, host=placed.host)
-        assumptions.append(f"{per_domain} GPUs per {cluster.scaleup.kind} domain (Slurm --segment of "
+        assumptions.append(f"{per_domain} chips per ICI slice ({n // per_domain} slices over the data-centre "
+                           "network, hardware_specs.placement)" if cluster.scaleup.kind == "ici" else
+                           f"{per_domain} GPUs per {cluster.scaleup.kind} domain (Slurm --segment of "
                            f"{per_domain // cluster.launch_gpus_per_host} hosts, hardware_specs.placement)")
     stated_zero = _int(row, "zero_norm", minimum=0)
     dtype = _enum(row, "dtype_norm")
@@ -545,6 +547,10 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
         check_config(model, config)
     except InputError as exc:
         raise Skip(f"configuration invalid: {exc}") from None
+    try:    # the groups must tile the cluster's scale-up domains, as simulate and the planner require
+        placed_and_checked(cluster, config)
+    except InputError as exc:
+        raise Skip(f"layout does not fit the cluster: {exc}") from None
     uneven = uneven_split_text(model, config)
     if uneven:
         assumptions.append(uneven)

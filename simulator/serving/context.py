@@ -163,7 +163,7 @@ class ServingContext:
         if most and isl + osl > most:
             name = "--isl" if isl >= most else "--osl"
             raise InputError(name, f"{isl:,} prompt + {osl:,} output tokens exceed the {most:,}-token context of "
-                             f"{self.model.name} (config.json max_position_embeddings)",
+                             f"{self.model.name} (its max_context_tokens: max_position_embeddings in a config.json)",
                              f"keep --isl + --osl <= {most:,}")
 
     @classmethod
