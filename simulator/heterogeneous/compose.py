@@ -31,19 +31,28 @@ micro-batch crosses every stage, then the slowest stage paces the rest):
 
 Data-parallel traffic (ZeRO 0 or 1): each stage's gradients are reduced over all replicas of
 the model once after the flush (all-reduced, or reduce-scattered to the ZeRO-1 shards unless
-the stack's ZeRO-1 reduces whole: the step model's ``grad_collective_s``), and as in the step
-model the first stage's reduction is the one that can stay exposed (it ends its backward
-last); inside one group on one pool with the step model's own collective
-(``topology.group_collective_time_s``), otherwise as a flat ring at the slowest path between
-the pools holding those layers. Overlapped traffic is exposed by what exceeds its window (the
-stage's whole backward, or forward for the ZeRO-1 gather, of one micro-batch: its layers, ends,
-gradient accumulation and sends in that direction) and never less than the last bucket, as in
-the step model (``step_model._overlapped``). A model with tied embeddings split over stages
-then all-reduces the embedding's gradient between each replica's first and last stage, exposed
-(the step model's ``tied_embedding_all_reduce_s``; across pools on the path between them,
-``pool_links.path_cluster``). The optimizer step is memory-bound on each stage's own GPU.
+the stack's ZeRO-1 reduces whole: the step model's ``grad_collective_s``); inside one group on
+one pool with the step model's own collective (``topology.group_collective_time_s``), otherwise
+as a flat ring at the slowest path between the pools holding those layers. Overlapped traffic
+is exposed by what exceeds its window (the stage's whole backward, or forward for the ZeRO-1
+gather, of one micro-batch: its layers, ends, gradient accumulation and sends in that
+direction) and never less than the last bucket, as in the step model
+(``step_model._overlapped``). Every stage's exposure then also hides under the backward the
+flush still runs after that stage's last one (the last micro-batch's backward on each stage
+before it, ``backward_after_s``); what is left is exposed and the group's reduction ends with
+its slowest stage's:
 
-    step = max over groups (pipeline_g + straggler wait + exposed DP traffic of g's stages)
+    exposed_g = max over g's stages s (exposed_s - sum over stages j < s of window_b_j, 0)
+
+The step model counts the first stage's alone (it ends its backward last), which is this when
+every stage's ring is alike; stages on pools with different networks are not alike (a slow
+ring on a later stage was priced as hidden). A model with tied embeddings split over stages
+then all-reduces the embedding's gradient between each replica's first and last stage, exposed,
+after both ends' reductions (the step model's ``tied_embedding_all_reduce_s``; across pools on
+the path between them, ``pool_links.path_cluster``). The optimizer step is memory-bound on each
+stage's own GPU.
+
+    step = max over groups (pipeline_g + straggler wait + exposed_g)
            + max over stages (optimizer)
 
 (the reduction over all replicas cannot end before each group has produced its gradients and
@@ -262,15 +271,29 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     # gradient accumulation and the sends it makes in that direction)
     exposed_grad = _overlapped(grad_comm, window_b, bucket_share * grad_comm, settings.overlap_grad_reduce)
     exposed_gather = _overlapped(gather_comm, window_f, bucket_share * gather_comm, settings.overlap_param_gather)
-    # as in the step model, the reduction that can stay exposed is the first stage's: it ends its
-    # backward last (1F1B drains towards stage 0), the later stages' reductions run meanwhile;
-    # a tied embedding's gradient is then all-reduced with the last stage, exposed whole
+    # every stage's reduction runs past its own window, and a later stage's also under the work
+    # the flush still does after that stage's last backward: the last micro-batch's backward on
+    # every stage before it (1F1B and GPipe drain towards stage 0), ``backward_after_s``. What is
+    # left of each is exposed; the group's traffic ends with the slowest stage's. The step model
+    # counts the first stage's alone, exact when all rings are alike (a later stage's shortfall
+    # is then within the backwards after it); a stage on a pool with a slower ring is not (a
+    # jean-zay A100 stage after an H100 one left 1.6 s of its 2.9 s reduction exposed, priced 0).
+    # A tied embedding's gradient is then all-reduced between the first and the last stage,
+    # exposed whole, once both have their reduced gradients
     tied = tied_embedding_s(model, cluster, effs, settings.grad_reduce_bytes, pool, tp, count, gstart, d_group,
                             groups.stages)
     tied_row = np.where(blocks.position == 0, tied[g], 0.0) if R else np.zeros(0)
-    dp_row = np.where(blocks.position == 0, exposed_grad + exposed_gather + tied_row, 0.0)
-    # each group's exposed data-parallel traffic (its first stage's; the largest of its rows), per step
-    dp_group = np.maximum.reduceat(dp_row, gstart) if R else np.zeros(0)
+    after = backward_after_s(window_b, count, g, gstart)
+    dp_left = np.maximum(exposed_grad + exposed_gather - after, 0.0)
+    dp_row = dp_left + tied_row
+    # each group's exposed data-parallel traffic per step: its slowest stage's reduction, or the
+    # tied embedding's after the later of its ends' reductions
+    if R:
+        gend = np.append(gstart[1:], R) - 1
+        dp_group = np.maximum(np.maximum.reduceat(dp_left, gstart),
+                              np.maximum(dp_left[gstart], dp_left[gend]) + tied)
+    else:
+        dp_group = np.zeros(0)
 
     # ---- micro-batches per replica group --------------------------------------------------------
     m_given = groups.micro_batches.astype(float)
@@ -433,6 +456,21 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
         "row_pool": pool,
     }
     return out
+
+
+def backward_after_s(window_b, count, group, gstart) -> np.ndarray:
+    """Per stage block, seconds of backward its group's pipeline still runs after the block's
+    first stage ends its last backward: the last micro-batch's backward (``window_b``, one
+    micro-batch, with its send to the previous stage) on every stage before it, which 1F1B and
+    GPipe run after it, each waiting for the one behind (Narayanan et al. 2021, figure 4: the
+    flush drains from the last stage to the first). A lower bound (a busier earlier stage may
+    start that backward later), 0 on the first stage. Rows as ``StageBlocks`` (``count``
+    stages a row, ``group`` its replica group, ``gstart`` each group's first row)."""
+    work = np.asarray(count, dtype=float) * np.asarray(window_b, dtype=float)
+    if len(work) == 0:
+        return work
+    before = np.cumsum(work) - work
+    return before - before[np.asarray(gstart)][np.asarray(group)]
 
 
 def pass_windows_s(layers, fwd_s, bwd_s, w_s, ends_s, ends_bwd_s, accumulation_s, to_prev_s, to_next_s):
