@@ -60,6 +60,37 @@ def path_matrix(cluster: PooledCluster, effs) -> tuple[np.ndarray, np.ndarray]:
     return bw, lat
 
 
+def side_bandwidths(cluster: PooledCluster, effs) -> tuple[np.ndarray, np.ndarray]:
+    """(NIC (pools,), link (pools x pools)) achieved bytes/s one direction per GPU, the two
+    sides of a send between pools apart: each pool's NIC (its fabric's per-GPU scale-out
+    bandwidth over its oversubscription, at its own ``scaleout_fraction``) and the link stated
+    between two pools (at the smaller fraction; inf where the file states none: the pools then
+    meet on their own fabrics, which their NICs bound). With equal bytes on both sides a
+    transfer runs at ``achieved_path``'s rate, the slowest of the three; with unequal ones (a
+    pipeline send from tp 8 to tp 4: each sender moves 1/8 of the tensor, each receiver takes
+    1/4) each side moves its own bytes at its own rate (``p2p_sides_time_s``)."""
+    pools = cluster.pools
+    n = len(pools)
+    nic = np.array([p.cluster.scaleout.bw_bytes_per_s / p.cluster.oversubscription * e.scaleout_fraction
+                    for p, e in zip(pools, effs)])
+    link = np.full((n, n), np.inf)
+    stated = {frozenset(link_.pools): link_ for link_ in cluster.links}
+    for i in range(n):
+        for j in range(n):
+            one = stated.get(frozenset((pools[i].name, pools[j].name)))
+            if i != j and one is not None:
+                link[i, j] = one.bw_bytes_per_s * min(effs[i].scaleout_fraction, effs[j].scaleout_fraction)
+    return nic, link
+
+
+def p2p_sides_time_s(bytes_a, bytes_b, bw_a, bw_b, lat):
+    """One send/recv between pools whose ranks on side a move ``bytes_a`` each at ``bw_a`` and
+    on side b ``bytes_b`` at ``bw_b`` (each side's achieved path: its NIC, or the link between
+    the pools where slower, ``side_bandwidths``): the slower side sets the time, plus the
+    latency ``lat``; equal bytes give ``p2p_time_s`` at the slower of the two."""
+    return np.maximum(np.asarray(bytes_a, dtype=float) / bw_a, np.asarray(bytes_b, dtype=float) / bw_b) + lat
+
+
 def path_cluster(cluster: PooledCluster, effs, a: int, b: int) -> ClusterSpec:
     """Pool ``a``'s system as seen by a collective of ranks on a node of pool ``a`` and a node of
     pool ``b``: its scale-out tier replaced by the path between them (``achieved_path``: the

@@ -309,7 +309,8 @@ def lay_out(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     tokens = mbs * float(model.seq_len)
     h = float(model.hidden_size)
     # sends: the boundary function compose uses, with the same stride
-    bw_m, lat_m = pool_links.path_matrix(cluster, effs)
+    _, lat_m = pool_links.path_matrix(cluster, effs)
+    sides = pool_links.side_bandwidths(cluster, effs)
     stride = d[:, None] * tp
     # the group's stages on each class's pool, as compose counts them
     stages_on_pool = ((p.seg_pool[:, None, :] == pool[:, :, None]) * p.seg_stages[:, None, :]).sum(axis=2)
@@ -318,7 +319,7 @@ def lay_out(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     sends = []
     for other_pool, other_tp in ((cl["prev_pool"], cl["prev_tp"]), (cl["next_pool"], cl["next_tp"])):
         op = np.where(used, other_pool, -1)
-        args = (cluster, effs, bw_m, lat_m, flat(pool), flat(tp), flat(op), flat(other_tp), flat(tokens), h, act_bytes,
+        args = (cluster, effs, sides, lat_m, flat(pool), flat(tp), flat(op), flat(other_tp), flat(tokens), h, act_bytes,
                 flat(stride), flat(stages_on_pool), flat(np.asarray(units.sequence_parallel, dtype=bool)[key]),
                 settings.pipeline_scatter_gather)
         one = boundary_p2p_s(*args)

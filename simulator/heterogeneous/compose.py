@@ -17,10 +17,10 @@ Per stage, per micro-batch (seconds):
                 layers', the embedding's and an untied LM head's, as the step model's)
 
 Transfers between stages of one pool follow ``cost_models.topology.p2p_stage_time_s`` (as the
-step model); across pools they take the slowest link on the path (``cost_models.pool_links``),
-each sender's 1/tp slice of the activation (Megatron's scatter/gather), sized by the smaller
-tensor-parallel degree when the two stages differ. Per replica group of a 1F1B or GPipe
-pipeline running m micro-batches (Narayanan et al. 2021; with unequal stages the first
+step model); across pools each rank moves its 1/tp slice of the activation (Megatron's
+scatter/gather, by its own stage's degree) through its own NIC, or the link between the pools
+where slower, the slower side setting the time (``cost_models.pool_links.side_bandwidths``).
+Per replica group of a 1F1B or GPipe pipeline running m micro-batches (Narayanan et al. 2021; with unequal stages the first
 micro-batch crosses every stage, then the slowest stage paces the rest):
 
     pipeline_g = makespan of the schedule's flush of m_g micro-batches over the group's stages,
@@ -195,9 +195,10 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     stages_on_pool = np.bincount(on_pool, weights=count, minlength=G * len(cluster.pools))[on_pool]
     sp_rows = np.asarray(units.sequence_parallel, dtype=bool)[k]
     transfers = pipeline_exchange_transfers(settings.pipe_exchange_blocking)
-    to_prev = boundary_p2p_s(cluster, effs, bw_m, lat_m, pool, tp, blocks.prev_pool, blocks.prev_tp, tokens, h,
+    sides = pool_links.side_bandwidths(cluster, effs)
+    to_prev = boundary_p2p_s(cluster, effs, sides, lat_m, pool, tp, blocks.prev_pool, blocks.prev_tp, tokens, h,
                              act_bytes, stride, stages_on_pool, sp_rows, settings.pipeline_scatter_gather, transfers)
-    to_next = boundary_p2p_s(cluster, effs, bw_m, lat_m, pool, tp, blocks.next_pool, blocks.next_tp, tokens, h,
+    to_next = boundary_p2p_s(cluster, effs, sides, lat_m, pool, tp, blocks.next_pool, blocks.next_tp, tokens, h,
                              act_bytes, stride, stages_on_pool, sp_rows, settings.pipeline_scatter_gather, transfers)
     p2p = to_prev + to_next
 
@@ -553,20 +554,25 @@ def tied_embedding_s(model: ModelSpec, cluster: PooledCluster, effs, grad_reduce
     return out
 
 
-def boundary_p2p_s(cluster: PooledCluster, effs, bw_m, lat_m, pool, tp, other_pool, other_tp, tokens, hidden,
+def boundary_p2p_s(cluster: PooledCluster, effs, sides, lat_m, pool, tp, other_pool, other_tp, tokens, hidden,
                    act_bytes, stride, stages_on_pool, sequence_parallel=True, scatter_gather=False,
                    transfers=1.0):
     """Seconds to send one micro-batch's activation (or its gradient) across a stage boundary:
     from a stage on ``pool`` with ``tp`` to its neighbour on ``other_pool`` (-1: none, 0 s).
 
     As ``step_model.pipeline_send_s``: each sender moves its 1/tp slice under
-    ``sequence_parallel`` or the stack's ``scatter_gather`` (sized by the smaller degree of the
-    two), else the whole tensor; scatter/gather without sequence parallelism adds the all-gather
-    of the tensor over this stage's tensor-parallel group on its pool, once per received tensor
-    whatever ``transfers`` (the sends a crossing costs, ``topology.pipeline_exchange_transfers``)
-    says. Inside a pool, ``cost_models.topology.p2p_stage_time_s`` with the neighbours
-    ``stride`` ranks apart and the group's ``stages_on_pool`` stages on the pool; across pools,
-    the slowest link on the path (``path_matrix``).
+    ``sequence_parallel`` or the stack's ``scatter_gather``, else the whole tensor;
+    scatter/gather without sequence parallelism adds the all-gather of the tensor over this
+    stage's tensor-parallel group on its pool, once per received tensor whatever ``transfers``
+    (the sends a crossing costs, ``topology.pipeline_exchange_transfers``) says. Inside a pool,
+    ``cost_models.topology.p2p_stage_time_s`` with the neighbours ``stride`` ranks apart and the
+    group's ``stages_on_pool`` stages on the pool (the slices sized by the smaller degree of the
+    two: one NIC kind on both sides); across pools, each side's ranks move their own bytes (the
+    slice by that side's degree) through their own NIC, or the link between the pools where
+    slower, and the slower side sets the time (``sides``: ``pool_links.side_bandwidths``;
+    ``lat_m``: ``pool_links.path_matrix``'s latencies). A100 tp 8 -> H100 tp 4: 1/8 of the
+    tensor at 25 GB/s a rank and 1/4 at 50 GB/s take the same time; the smaller degree's 1/4 at
+    the slower NIC took twice it.
     """
     pool = np.asarray(pool)
     other_pool = np.asarray(other_pool)
@@ -576,6 +582,9 @@ def boundary_p2p_s(cluster: PooledCluster, effs, bw_m, lat_m, pool, tp, other_po
                                        scatter_gather)
     tensor = np.broadcast_to(tokens * hidden * act_bytes, pool.shape)
     nbytes = tensor / np.where(sliced, np.minimum(tp, other_tp), 1.0)
+    # across pools each side moves its own ranks' bytes at its own rate (1/tp of the tensor each)
+    here_bytes = tensor / np.where(sliced, tp, 1.0)
+    there_bytes = tensor / np.where(sliced, other_tp, 1.0)
     stride = np.broadcast_to(np.asarray(stride, dtype=float), pool.shape)
     stages_on_pool = np.broadcast_to(np.asarray(stages_on_pool, dtype=float), pool.shape)
     t = np.zeros(pool.shape)
@@ -588,7 +597,11 @@ def boundary_p2p_s(cluster: PooledCluster, effs, bw_m, lat_m, pool, tp, other_po
     if cross.any():
         a, b = pool[cross], other_pool[cross]
         fraction = np.array([e.collective_fraction("p2p") for e in effs])
-        t[cross] = pool_links.p2p_time_s(nbytes[cross], bw_m[a, b] * np.minimum(fraction[a], fraction[b]), lat_m[a, b])
+        nic, link = sides
+        f = np.minimum(fraction[a], fraction[b])
+        t[cross] = pool_links.p2p_sides_time_s(here_bytes[cross], there_bytes[cross],
+                                               np.minimum(nic[a], link[a, b]) * f, np.minimum(nic[b], link[a, b]) * f,
+                                               lat_m[a, b])
     t = t * transfers
     gathered = sg & (other_pool >= 0)
     for p in np.unique(pool[gathered]):
