@@ -20,8 +20,9 @@ Transfers between stages of one pool follow ``cost_models.topology.p2p_stage_tim
 step model); across pools each rank moves its 1/tp slice of the activation (Megatron's
 scatter/gather, by its own stage's degree) through its own NIC, or the link between the pools
 where slower, the slower side setting the time (``cost_models.pool_links.side_bandwidths``).
-Per replica group of a 1F1B or GPipe pipeline running m micro-batches (Narayanan et al. 2021; with unequal stages the first
-micro-batch crosses every stage, then the slowest stage paces the rest):
+Per replica group of a 1F1B or GPipe pipeline running m micro-batches (Narayanan et al. 2021;
+with unequal stages the first micro-batch crosses every stage, then the slowest stage paces the
+rest):
 
     pipeline_g = makespan of the schedule's flush of m_g micro-batches over the group's stages,
                  each stage's forward and backward of one micro-batch as above (``group_makespan``:
