@@ -20,7 +20,12 @@ fraction of the GPU's optimizer shard (fp32 master weights and Adam moments, 12 
 parameter, plus the fp32 gradient copy the host step reads, 4) lives in host memory; per step
 its gradients go down the link, the host runs Adam on them at host memory bandwidth (fused
 CPU Adam is memory-bound like the GPU's: read weight, gradient and moments, write weight and
-moments, 28 bytes per parameter), and the updated 16-bit weights come back.
+moments, 28 bytes per parameter), and the updated weights come back: in the dtype that crosses the
+host link, which is the stack's (``TrainingBehaviour.offload_weight_bytes``): Megatron-Core's
+``HybridDeviceOptimizer`` copies its fp32 host parameter into the GPU's fp32 main parameter, or with
+a non-blocking ``copy_`` into a 16-bit one, which PyTorch converts on the GPU (4 bytes); DeepSpeed
+0.9+'s ZeRO-Offload copies the fp32 partition into the 16-bit one with a blocking ``copy_``, which
+converts on the CPU (2 bytes).
 
 Every function takes numpy arrays or scalars.
 """
@@ -36,7 +41,8 @@ HOST_OPTIMIZER_BYTES_PER_PARAM = 16.0
 #: host-memory traffic of one Adam update per parameter (fp32 weight, gradient, m, v read;
 #: weight, m, v written)
 HOST_ADAM_BYTES_PER_PARAM = 28.0
-#: the 16-bit weights copied back to the GPU per parameter
+#: the 16-bit weights copied back to the GPU per parameter: the default of
+#: ``optimizer_offload_step`` (a stack states its own, ``TrainingBehaviour.offload_weight_bytes``)
 UPDATED_WEIGHT_BYTES = 2.0
 #: offloaded layers whose activations are on the GPU at a stage's peak: the one whose copy to the
 #: host is in flight (during backward, the one copied back is the one being computed)
@@ -106,14 +112,15 @@ def exposed_transfer_s(nbytes, link_bw_bytes_per_s, window_s):
 
 
 def optimizer_offload_step(params_offloaded, grad_bytes_per_param, link_bw_bytes_per_s,
-                           host_memory_bw_per_gpu_bytes_per_s) -> dict:
+                           host_memory_bw_per_gpu_bytes_per_s, weight_bytes_per_param=UPDATED_WEIGHT_BYTES) -> dict:
     """Per step, for ``params_offloaded`` parameters whose optimizer lives on the host:
     ``grads_to_host_s`` (gradients down the link), ``host_step_s`` (Adam on the host at its
-    memory bandwidth), ``weights_to_gpu_s`` (16-bit weights back), ``host_bytes`` (host memory
-    they occupy), ``link_bytes`` (both directions)."""
+    memory bandwidth), ``weights_to_gpu_s`` (the updated weights back, ``weight_bytes_per_param``
+    each crossing the link: 4 where the fp32 values cross, 2 where the host converts them to 16
+    bits first), ``host_bytes`` (host memory they occupy), ``link_bytes`` (both directions)."""
     p = _f(params_offloaded)
     down = p * _f(grad_bytes_per_param)
-    up = p * UPDATED_WEIGHT_BYTES
+    up = p * _f(weight_bytes_per_param)
     return {"grads_to_host_s": transfer_time_s(down, link_bw_bytes_per_s),
             "host_step_s": p * HOST_ADAM_BYTES_PER_PARAM / _f(host_memory_bw_per_gpu_bytes_per_s),
             "weights_to_gpu_s": transfer_time_s(up, link_bw_bytes_per_s),

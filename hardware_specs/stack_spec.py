@@ -365,6 +365,14 @@ class TrainingBehaviour:
             DDP: ``torch.float if grad_reduce_in_fp32 else param.dtype``; Megatron-LM 2021-2022
             local DDP the same with ``--accumulate-allreduce-grads-in-fp32``); ``fp32`` = 4 bytes
             whatever the reduction; ``fp16_reduce`` = ``reduce`` in fp16 runs, 4 bytes otherwise.
+        offload_weight_bytes: bytes per parameter that cross the host link when the host's
+            optimizer step (optimizer offload) sends the updated weights back to the GPU, in a
+            16-bit or 8-bit run (fp32 / tf32 runs: 4): 4 where the fp32 values cross and the GPU
+            holds or converts them (Megatron-Core ``HybridDeviceOptimizer``: its host copy is the
+            fp32 main parameter, copied back with a non-blocking ``copy_``, which PyTorch converts
+            on the GPU), 2 where the host converts them to the 16-bit parameter first (DeepSpeed
+            0.9+ ZeRO-Offload's blocking ``copy_``). Default 2: a stack without optimizer offload
+            of its own is priced as before.
         fp8_param_gather: ``fp8`` and ``mxfp8`` runs keep the model's compute weights only as
             Transformer Engine quantised tensors (Megatron ``--fp8-param-gather``, Megatron-Bridge
             ``mixed_precision.fp8_param_gather``): no 16-bit working copy, the fp32 master copy in
@@ -469,6 +477,7 @@ class TrainingBehaviour:
     zero3_under_pipeline: str = "per_microbatch"
     bf16_zero1_grad_reduce: str = "reduce_scatter"
     grad_buffer: str = "fp32"
+    offload_weight_bytes: float = 2.0
     fp8_param_gather: bool = False
     zero3_master_params: bool = False
     cross_entropy: str = "megatron_unfused"
@@ -502,8 +511,9 @@ class TrainingBehaviour:
             raise InputError("training.context_parallel_kind", f"{self.context_parallel_kind!r} is not among the "
                              f"flavours the release runs ({', '.join(self.context_parallel_kinds)})",
                              "add it to training.context_parallel_kinds or choose one of them")
-        if self.grad_reduce_bytes not in (2.0, 4.0):
-            raise InputError("training.grad_reduce_bytes", f"must be 2 or 4, got {self.grad_reduce_bytes!r}")
+        for name in ("grad_reduce_bytes", "offload_weight_bytes"):
+            if getattr(self, name) not in (2.0, 4.0):
+                raise InputError(f"training.{name}", f"must be 2 or 4, got {getattr(self, name)!r}")
         if self.fp8_recipe not in FP8_RECIPES:
             raise InputError("training.fp8_recipe", f"unknown recipe {self.fp8_recipe!r}",
                              "choose one of " + ", ".join(FP8_RECIPES))

@@ -116,6 +116,7 @@ class ConfigBatch:
     optimizer_moment_bytes: np.ndarray = None
     fp8_current_scaling: np.ndarray = None
     grad_buffer_bytes: np.ndarray = None
+    offload_weight_bytes: np.ndarray = None   # bytes a parameter the host's optimizer step sends back
     fp8_param_gather: np.ndarray = None
     zero3_master_params: np.ndarray = None
     grouped_gemm_streams: np.ndarray = None
@@ -222,6 +223,7 @@ class ConfigBatch:
             optimizer_moment_bytes=col("optimizer_moment_bytes", float, float),
             fp8_current_scaling=col("fp8_current_scaling", bool, bool),
             grad_buffer_bytes=col("grad_buffer_bytes", float, float),
+            offload_weight_bytes=col("offload_weight_bytes", float, float),
             fp8_param_gather=col("fp8_param_gather", bool, bool),
             zero3_master_params=col("zero3_master_params", bool, bool),
             moe_probs_in_expert=col("moe_probs_in_expert", bool, bool),
@@ -299,6 +301,7 @@ class ConfigBatch:
             optimizer_moment_bytes=float(self.optimizer_moment_bytes[i]),
             fp8_current_scaling=bool(self.fp8_current_scaling[i]),
             grad_buffer_bytes=float(self.grad_buffer_bytes[i]),
+            offload_weight_bytes=float(self.offload_weight_bytes[i]),
             fp8_param_gather=bool(self.fp8_param_gather[i]),
             zero3_master_params=bool(self.zero3_master_params[i]),
             moe_probs_in_expert=bool(self.moe_probs_in_expert[i]),
@@ -316,7 +319,7 @@ class ConfigBatch:
 _NEW_COLUMNS = {"recompute_num_layers": 0, "recompute_method": 0, "recompute_layers_decrement": 0,
                 "recompute_modules": 0, "selective_modules": MODULE_BITS["core_attn"], "unfused_block_ops": False, "yarn_rope_eager": False, "offload_activation_layers": 0, "offload_optimizer_fraction": 0.0,
                 "zero_shard_group": 0, "pipeline_layout": "", "loss_chunk_tokens": 0, "optimizer_moment_bytes": 4.0,
-                "fp8_current_scaling": False, "grad_buffer_bytes": 4.0, "fp8_param_gather": False,
+                "fp8_current_scaling": False, "grad_buffer_bytes": 4.0, "offload_weight_bytes": 2.0, "fp8_param_gather": False,
                 "zero3_master_params": False,
                 "grouped_gemm_streams": 1, "moe_probs_in_expert": False,
                 "zero3_once_per_step": False, "kv_head_replication": False,

@@ -338,6 +338,13 @@ class ParallelConfig:
             without ``grad_reduce_in_fp32``, whose buffer is ``torch.float if grad_reduce_in_fp32
             else param.dtype``); sharded like the gradients under ZeRO-2/3
             (``cost_models.memory.model_state_bytes``). Memory only.
+        offload_weight_bytes: bytes per parameter the host's optimizer step copies back to the GPU
+            under optimizer offload (``offload_optimizer_fraction``): 4 where the fp32 values
+            cross the host link (Megatron-Core ``HybridDeviceOptimizer``), 2 where the host
+            converts them to the 16-bit parameter dtype first (DeepSpeed 0.9+ ZeRO-Offload's
+            blocking ``copy_``); the stack's ``TrainingBehaviour.offload_weight_bytes``
+            (``simulator.stack_defaults``; 4 for fp32 / tf32 runs). Time only
+            (``cost_models.offload.optimizer_offload_step``).
         fp8_param_gather: a low-precision run keeps its layers' compute weights only as the
             recipe's quantised tensors (Megatron ``--fp8-param-gather``): no 16-bit working copy
             (``cost_models.memory.model_state_bytes``); the stacks set it for ``fp8`` and
@@ -444,6 +451,7 @@ class ParallelConfig:
     loss_chunk_tokens: int = 0
     optimizer_moment_bytes: float = 4.0
     grad_buffer_bytes: float = 4.0
+    offload_weight_bytes: float = 2.0
     fp8_param_gather: bool = False
     zero3_master_params: bool = False
     moe_probs_in_expert: bool = False
@@ -505,6 +513,9 @@ class ParallelConfig:
         if self.grad_buffer_bytes not in (2, 4, 2.0, 4.0) or isinstance(self.grad_buffer_bytes, bool):
             raise InputError("grad_buffer_bytes", f"must be 2 or 4, got {self.grad_buffer_bytes!r}")
         object.__setattr__(self, "grad_buffer_bytes", float(self.grad_buffer_bytes))
+        if self.offload_weight_bytes not in (2, 4, 2.0, 4.0) or isinstance(self.offload_weight_bytes, bool):
+            raise InputError("offload_weight_bytes", f"must be 2 or 4, got {self.offload_weight_bytes!r}")
+        object.__setattr__(self, "offload_weight_bytes", float(self.offload_weight_bytes))
         for name in ("grad_bucket_elements", "grad_bucket_elements_per_dp", "param_prefetch_forward",
                      "param_prefetch_backward", "param_prefetch_max_elements", "zero3_persistence_elements"):
             value = getattr(self, name)

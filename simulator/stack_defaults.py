@@ -17,7 +17,8 @@ STACK_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_byte
                 "ep_comm_overlap", "ep_dispatch_dedup", "attention_kernel", "flash_attention", "softmax_fusion",
                 "attention_unpad", "glu_clamp_eager", "unfused_block_ops", "yarn_rope_eager", "pipe_exchange_blocking", "pipeline_p2p_overlap", "pipeline_scatter_gather", "grouped_gemm_streams", "cross_entropy", "grad_accumulation_fusion", "zero3_recompute_gather", "param_gather_per_tensor", "cuda_graphs",
                 "fp8_current_scaling", "zero3_persistence_elements", "collective_per_rank_copies",
-                "zero3_grad_all_reduce", "zero1_grad_all_reduce", "grad_buffer_bytes", "fp8_param_gather",
+                "zero3_grad_all_reduce", "zero1_grad_all_reduce", "grad_buffer_bytes", "offload_weight_bytes",
+                "fp8_param_gather",
                 "zero3_master_params",
                 "selective_modules", "moe_probs_in_expert", "zero3_once_per_step", "kv_head_replication",
                 "zero2_grad_last_microbatch", "zero2_gather_every_microbatch", "cp_allgather_saves_kv", "stack_lacks")
@@ -95,6 +96,8 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
         "zero3_grad_all_reduce": t.zero3_grad_reduce == "all_reduce",
         "zero1_grad_all_reduce": dtype == "bf16" and t.bf16_zero1_grad_reduce == "all_reduce",
         "grad_buffer_bytes": grad_buffer_bytes,
+        # an fp32 / tf32 run's weights are fp32 on both sides of the link
+        "offload_weight_bytes": 4.0 if dtype in ("fp32", "tf32") else float(t.offload_weight_bytes),
         "fp8_param_gather": t.fp8_param_gather and dtype in _FP8_PARAM_DTYPES,
         "zero3_master_params": t.zero3_master_params,
         "selective_modules": SELECTIVE_CHECKPOINTS[t.selective_checkpoint],

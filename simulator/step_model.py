@@ -685,7 +685,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
 
     optimizer, opt_params, off = _optimizer_step_s(cluster, eff, batch, memory_by_part, shard, expert_shard)
     # the offloaded share's gradients go to the host under the last backward (like the DP
-    # reduction), the host runs Adam on them and sends the 16-bit weights back before the next
+    # reduction), the host runs Adam on them and sends the weights back before the next
     # forward (``cost_models.offload``)
     host_step = _optimizer_offload_s(cluster, batch, off * opt_params, pipe["first_window_bw_s"], exposed_grad)
 
@@ -995,7 +995,8 @@ def _optimizer_offload_s(cluster: ClusterSpec, batch: ConfigBatch, params_offloa
     """Exposed seconds per step of the optimizer share kept on the host: the gradients' copy
     beyond the last backward, the host's Adam step (at the memory bandwidth of the hosts the
     job's GPUs on a node sit on, shared by those GPUs: ``ConfigBatch.host_share_of_node``,
-    ``gpus_on_a_node``), the weights' copy back.
+    ``gpus_on_a_node``), the weights' copy back (``ConfigBatch.offload_weight_bytes`` a
+    parameter, the stack's).
 
     The copy hides under the same backward window as the data-parallel gradient reduction
     (``exposed_grad_s`` is what of that reduction the window leaves exposed): a bucket goes to
@@ -1012,7 +1013,8 @@ def _optimizer_offload_s(cluster: ClusterSpec, batch: ConfigBatch, params_offloa
     step = offload.optimizer_offload_step(params_offloaded, GRAD_BUFFER_BYTES, _link_bw(cluster, batch),
                                           host.memory_bw_bytes_per_s
                                           * batch.host_share_of_node(cluster.gpus_per_node, cluster.gpus_per_host)
-                                          / batch.gpus_on_a_node(cluster.gpus_per_node))
+                                          / batch.gpus_on_a_node(cluster.gpus_per_node),
+                                          np.asarray(batch.offload_weight_bytes, dtype=float))
     copy_tail = np.maximum(step["grads_to_host_s"] - grad_window_s, 0.0)
     return (np.maximum(copy_tail - exposed_grad_s, 0.0) + step["host_step_s"]
             + step["weights_to_gpu_s"])
