@@ -40,7 +40,6 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-from scipy.special import bdtr
 
 #: points of the table of E[max] against p, for one (experts a GPU, ep): p = sin^2(u) on an even
 #: u grid over [0, pi/2] (dense at both ends, where E[max] bends sharpest: a few experts hit, or
@@ -87,6 +86,7 @@ def expected_busiest_gpu_experts(num_experts, top_k, tokens, ep):
 def busiest_gpu_experts_exact(m: int, ep: int, p) -> np.ndarray:
     """E[max] = sum_{x=0}^{m-1} (1 - F(x)^ep) for ``ep`` GPUs of ``m`` experts each hit with
     probability ``p`` (array): the exact sum the table of ``expected_busiest_gpu_experts`` holds."""
+    from scipy.special import bdtr      # here, not at import: scipy.special costs ~0.15 s to load
     p = np.asarray(p, dtype=float)
     x = np.arange(m, dtype=np.int64)
     cdf = bdtr(x, m, p[..., None])
