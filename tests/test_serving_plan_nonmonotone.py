@@ -39,20 +39,22 @@ def _disagg(decode_batch, ctx):
     return simulate_serving(Deployment(
         model="llama3.1-70b", system="dgx-h100", backend="trtllm", mode="disagg", isl=128, osl=128,
         dense_format=ctx.dense_format, expert_format=ctx.expert_format,
-        prefill=WorkerLayout(tp=2, batch=1, where="prefill"), prefill_workers=1,
+        prefill=WorkerLayout(tp=2, batch=1, where="prefill"), prefill_workers=4,
         decode=WorkerLayout(tp=8, batch=decode_batch, where="decode"), decode_workers=1)).metrics
 
 
 def test_a_disaggregated_plan_finds_the_decode_batch_past_the_two_shot_switch():
-    # Llama-3.1-70B decode tp8 under TensorRT-LLM: a token is faster at batch 140 (two-shot)
-    # than at 128 (one-shot; 19.0 against 14.7 ms at the factors of 2026-12-05); with the
-    # objective at batch 140's TPOT the bisection over decode batches settled at 64
+    # Llama-3.1-70B decode tp8 under TensorRT-LLM: a token is faster with 128.1 requests decoding
+    # (two-shot) than with 127.9 (one-shot; 14.3 against 18.7 ms at the factors of 2026-12-05);
+    # the step carries the requests decoding (``disaggregated.combine``), about 84% of the
+    # clients beside 4 prefill workers: decode batch 152 against 148. With the objective at
+    # batch 152's TPOT the bisection over decode batches had settled at 64
     ctx = ServingContext.build("llama3.1-70b", "dgx-h100", "trtllm")
-    slo_ms = _disagg(140, ctx)["tpot_s"] * 1e3 * (1 + 1e-9)
-    assert _disagg(128, ctx)["tpot_s"] * 1e3 > slo_ms
+    slo_ms = _disagg(152, ctx)["tpot_s"] * 1e3 * (1 + 1e-9)
+    assert _disagg(148, ctx)["tpot_s"] * 1e3 > slo_ms
     plan = plan_serving(ctx, 16, 128, 128, 5000.0, slo_ms, modes=("disagg",))
-    assert plan.best["tpot_ms"] <= slo_ms and plan.best["batch"] > 128
-    assert plan.best["tokens_per_s_per_gpu"] >= _disagg(140, ctx)["tokens_per_s_per_gpu"]
+    assert plan.best["tpot_ms"] <= slo_ms and plan.best["batch"] > 148
+    assert plan.best["tokens_per_s_per_gpu"] >= _disagg(152, ctx)["tokens_per_s_per_gpu"]
 
 
 @pytest.mark.parametrize("lo, second", [(1.0, 5.0), (7.0, 0.0)])

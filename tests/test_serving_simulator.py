@@ -390,7 +390,8 @@ def test_a_winner_that_leaves_gpus_idle_says_so_with_the_layout_giving_most_in_a
     # DeepSeek-R1 on 64 H200 at TPOT 30 ms: the best tokens/s/GPU is a disaggregated deployment
     # on 40 GPUs (prefill 8 + decode 32), so 24 earn nothing; the reason lines say how many,
     # what the 40 give in all (tokens/s/GPU x GPUs), and the layout meeting the SLO that gives
-    # the 64 the most, which uses them all
+    # the 64 the most, which uses more of them (56 since disaggregated decode steps carry only the
+    # requests decoding; 64 before)
     ctx = ServingContext.build("deepseek-r1", "hgx-h200", "vllm-0.14", "fp8")
     plan = plan_serving(ctx, 64, 1024, 1024, 1000.0, 30.0)
     b = plan.best
@@ -401,8 +402,8 @@ def test_a_winner_that_leaves_gpus_idle_says_so_with_the_layout_giving_most_in_a
     meets = plan.candidates[plan.candidates.meets_slo]
     total = meets.tokens_per_s_per_gpu * meets.gpus_used
     top = meets.loc[total.idxmax()]
-    assert total.max() > b["tokens_per_s_per_gpu"] * 40 and top["gpus_used"] == 64
-    assert line.endswith(f"{total.max():,.0f} tokens/s on 64 GPUs (--rank-by total picks it)")
+    assert total.max() > b["tokens_per_s_per_gpu"] * 40 and top["gpus_used"] > 40
+    assert line.endswith(f"{total.max():,.0f} tokens/s on {top['gpus_used']:.0f} GPUs (--rank-by total picks it)")
 
 
 def test_one_client_per_attention_dp_rank_still_joins_a_step_in_flight():

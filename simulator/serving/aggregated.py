@@ -162,6 +162,14 @@ def synchronised_wait_s(clients, service_s, step_s, arrival_sync):
 _RUNNING_ITERATIONS = 3
 
 
+def decoding_requests(rate_per_rank, gen, tpot_s, most):
+    """Requests one rank has decoding at once (numpy-friendly): Little's law on the decode phase,
+    rate (requests/s a rank) x its (osl - 1) x TPOT seconds of decoding, at least 1 and at most
+    ``most`` (the clients a rank holds, capped by what fits). The clients waiting for or in their
+    prefill are not among them. Shared by the aggregated and the disaggregated closed loops."""
+    return np.minimum(np.maximum(rate_per_rank * gen * tpot_s, 1.0), most)    # np.clip, without its overhead
+
+
 def join_steps(behaviour, clients=2.0):
     """Mean steps (of the step in flight) from a request's arrival at a busy engine until the
     step that takes it starts: 0.5 (the rest of the current step) without an overlap scheduler,
@@ -347,7 +355,7 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         # a decode step yields ``per_step`` tokens a request: the time per token is its share
         x, (ttft, tpot, w90, u) = _solve_loop(b, gen, t_d / per_step, own, service, w_p, sync,
                                               lead)
-        running = np.minimum(np.maximum(x * gen * tpot, 1.0), np.minimum(b, n_run))    # np.clip, without its overhead
+        running = decoding_requests(x, gen, tpot, np.minimum(b, n_run))
     # more requests decoding than the KV pool (or the step's token budget) holds: the engine
     # preempts and resumes them in turn (or leaves those beyond the budget for a later step), so
     # n_run slots finish one request per gen steps each, and the admitted requests' remaining

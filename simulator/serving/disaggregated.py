@@ -35,7 +35,7 @@ import numpy as np
 from cost_models.inference_comm import kv_busiest_link_bytes, kv_peers, kv_transfer_time_s
 from cost_models.inference_step import STEP_PARTS, step_time
 from cost_models.kv_cache import kv_bytes_per_token_model, kv_shards, linear_state_bytes_model
-from simulator.serving.aggregated import SYNC_P90, memory_columns, synchronised_wait_s
+from simulator.serving.aggregated import SYNC_P90, decoding_requests, memory_columns, synchronised_wait_s
 from simulator.serving.rate_bisection import bisect_rate
 
 
@@ -85,23 +85,35 @@ def _mdc_mean_wait_at(rho, c, exponent, service_s):
     return wq, p_wait, idle
 
 
+def decode_step(ctx, tp, adp, pp, moe_tp, moe_ep, running, isl, osl) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """One decode-only step of ``running`` requests a rank at mean context isl + osl / 2
+    (``step_time``'s parts, seconds) and the tokens it yields a request (1 unless speculating,
+    never more than the request has left)."""
+    isl, osl = _f(isl), _f(osl)
+    per_step = ctx.tokens_per_step_within(np.maximum(osl - 1.0, 1.0))
+    dec = step_time(ctx.model, ctx.cluster, ctx.efficiency, ctx.behaviour, ctx.dense_format, ctx.expert_format,
+                    ctx.kv_bytes, tp, adp, pp, moe_tp, moe_ep, 0.0 * running, 0.0, running, isl + osl / 2.0,
+                    draft_tokens=ctx.speculative_tokens, kept_tokens=per_step, draft_head=ctx.draft_head)
+    return dec, per_step
+
+
 def decode_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl) -> dict[str, np.ndarray]:
-    """Per decode-worker layout: TPOT (one decode-only step), its parts, memory, fit."""
-    beh = ctx.behaviour
+    """Per decode-worker layout: TPOT of one decode-only step of the whole batch (every client
+    decoding: the most the closed loop can put in a step, ``combine`` refines it), its parts,
+    memory, fit, and the layout (``tp`` ... ``moe_ep``, ``batch``: the clients a rank holds, at
+    most what fits) that ``combine`` prices its steps with."""
     isl, osl = _f(isl), _f(osl)
     mem = memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl)
     b_req = np.maximum(_f(batch), 1.0)
     b = np.maximum(np.minimum(b_req, mem["max_batch_per_rank"]), 1.0)
-    # a speculating step yields ``tokens_per_step`` tokens a request (1 otherwise), never more
-    # than the request has left
-    per_step = ctx.tokens_per_step_within(np.maximum(osl - 1.0, 1.0))
-    dec = step_time(ctx.model, ctx.cluster, ctx.efficiency, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
-                    tp, adp, pp, moe_tp, moe_ep, 0.0 * b, 0.0, b, isl + osl / 2.0, draft_tokens=ctx.speculative_tokens,
-                    kept_tokens=per_step, draft_head=ctx.draft_head)
+    dec, per_step = decode_step(ctx, tp, adp, pp, moe_tp, moe_ep, b, isl, osl)
+    shape = np.shape(dec["step_s"])
     out = {"tpot_s": dec["step_s"] / per_step, "step_s": dec["step_s"],
            "clients": b_req * _f(adp), "gpus": _f(tp) * _f(pp) * _f(adp), "kv_gpus": _f(tp) * _f(pp),
            "kv_tp": _f(tp), "kv_pp": _f(pp),
            "fits": (mem["kv_pool_bytes"] > 0) & (b_req <= mem["max_batch_per_rank"])}
+    out.update({k: np.broadcast_to(_f(v), shape).copy() for k, v in
+                (("tp", tp), ("adp", adp), ("pp", pp), ("moe_tp", moe_tp), ("moe_ep", moe_ep), ("batch", b))})
     for part in STEP_PARTS:
         out["decode_" + part] = dec[part]
     out.update(mem)
@@ -205,12 +217,31 @@ def _throughput_bisection(lo, hi, capacity, queue, cap, before_wait, sync, t_kv,
     return bisect_rate(lo, hi, n_clients, shape, in_flight_at)
 
 
+#: closed-loop passes at most for the requests decoding (the first prices the whole batch)
+_DECODING_PASSES = 8
+#: a row's passes stop once the requests it decodes and Little's law on its output agree to this
+#: relative error (later passes then reprice the same count: the same numbers, so a row does not
+#: depend on the rows evaluated beside it)
+_DECODING_TOLERANCE = 1e-6
+
+
 def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_free=False) -> dict[str, np.ndarray]:
     """The closed loop of one prefill pool and one decode pool (arrays already aligned per row):
-    TTFT (mean, p90), TPOT, latency, throughput, prefill utilisation."""
+    TTFT (mean, p90), TPOT, latency, throughput, prefill utilisation, and the requests a decode
+    rank has decoding (``decoding_per_rank``).
+
+    A decode step carries only the requests decoding, not the clients waiting for or in their
+    prefill: r = X / ranks x (osl - 1) x TPOT(r) (``aggregated.decoding_requests``, Little's law on
+    the decode phase, at least 1, at most ``dec["batch"]``), the loop's fixed point. ``dec`` is
+    the whole batch's step (``decode_side``), the first pass; each further pass reprices the step
+    at r (``decode_step``) and solves the loop again. h(r) = X (osl - 1) TPOT(r) / ranks never
+    decreases with r (a slower step lowers X but raises X TPOT) and h(batch) <= batch, so the
+    root of r - h(r) lies in [1, batch]: secant steps kept inside the bracket found so far, a
+    plain pass r = h(r) where the secant leaves it (a step time nearly linear in r gives the root
+    in two or three passes). With prefill the bottleneck (llama3.1-70b fp8 on 2 x tp4 H100, isl
+    8192, osl 256, 64 clients) about 7 of the 64 decode at a time, and TPOT is the step at those."""
     isl, osl = _f(isl), _f(osl)
     gen = np.maximum(osl - 1.0, 1.0)
-    tpot = dec["tpot_s"]
     pre_one, pre_full, pb = pre["pre_one_s"], pre["pre_full_s"], pre["batch"]
     servers = np.maximum(_f(p_workers) * pre["ranks"], 1.0)
     mu = pre["mu_per_rank"]
@@ -232,7 +263,7 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
         t_kv = 0.0 * t_kv
     n_clients = dec["clients"] * _f(d_workers)
     capacity = servers * mu
-    sync = synchronised_wait_s(n_clients / servers, service, dec["step_s"], ctx.efficiency.arrival_sync(ctx.behaviour.mixed_batches, ctx.behaviour.chunked_prefill))
+    arrival_sync = ctx.efficiency.arrival_sync(ctx.behaviour.mixed_batches, ctx.behaviour.chunked_prefill)
 
     # a prompt's own prefill is one prompt's step, as the aggregated model charges its own chunks
     # (``aggregated.evaluate_agg``: ``own``). Known short: a prompt riding a step of several is
@@ -248,20 +279,47 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
     # to an idle prefill rank while there is one (load-balanced dispatch), so with no more
     # clients than ranks nobody waits, as an aggregated rank's single client does not
     cap = np.maximum(n_clients - servers, 0.0) * service / servers
+    queue = _mdc_queue(servers, service)
 
-    def ttft_at(x):
-        rho = x / capacity
-        wq, w90 = mdc_wait_s(rho, servers, service)
+    def loop_at(tpot, step_s):
+        """(rate, TTFT mean, TTFT p90, sync) of the loop with this decode step."""
+        sync = synchronised_wait_s(n_clients / servers, service, step_s, arrival_sync)
+        decode_s = gen * tpot
+        lo = np.zeros_like(n_clients)
+        hi = np.minimum(capacity * 0.999999, n_clients / (decode_s + t_kv))
+        x = _throughput_bisection(lo, hi, capacity, queue, cap, host + own, sync, t_kv, decode_s, n_clients)
+        wq, w90 = mdc_wait_s(x / capacity, servers, service)
         wq, w90 = np.minimum(wq, cap), np.minimum(w90, cap)
-        return (host + own + np.maximum(wq, sync) + t_kv, host + own + np.maximum(w90, SYNC_P90 * sync) + t_kv,
-                own)
+        return (x, host + own + np.maximum(wq, sync) + t_kv,
+                host + own + np.maximum(w90, SYNC_P90 * sync) + t_kv)
 
-    decode_s = gen * tpot
-    lo = np.zeros_like(n_clients)
-    hi = np.minimum(capacity * 0.999999, n_clients / (decode_s + t_kv))
-    x = _throughput_bisection(lo, hi, capacity, _mdc_queue(servers, service), cap, host + own, sync, t_kv,
-                              decode_s, n_clients)
-    ttft, ttft_p90, own = ttft_at(x)
+    ranks = _f(d_workers) * dec["adp"]
+    most = dec["batch"]
+    lay = (dec["tp"], dec["adp"], dec["pp"], dec["moe_tp"], dec["moe_ep"])
+    running, parts = most, dec
+    bracket_lo, bracket_hi = np.ones_like(most), most
+    before = None
+    for k in range(_DECODING_PASSES):
+        if k:
+            parts, per_step = decode_step(ctx, *lay, running, isl, osl)
+            parts = {"step_s": parts["step_s"], "tpot_s": parts["step_s"] / per_step,
+                     **{"decode_" + p: parts[p] for p in STEP_PARTS}}
+        x, ttft, ttft_p90 = loop_at(parts["tpot_s"], parts["step_s"])
+        residual = running - decoding_requests(x / ranks, gen, parts["tpot_s"], most)
+        done = np.abs(residual) <= _DECODING_TOLERANCE * running
+        if k == _DECODING_PASSES - 1 or np.all(done):
+            break
+        bracket_hi = np.where(residual >= 0.0, np.minimum(bracket_hi, running), bracket_hi)
+        bracket_lo = np.where(residual < 0.0, np.maximum(bracket_lo, running), bracket_lo)
+        step = running - residual                      # the plain pass: r = h(r)
+        if before is not None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                secant = running - residual * (running - before[0]) / (residual - before[1])
+            inside = np.isfinite(secant) & (secant >= bracket_lo) & (secant <= bracket_hi)
+            step = np.where(inside, secant, step)
+        before = (running, residual)
+        running = np.where(done, running, step)
+    tpot = parts["tpot_s"]
     # saturated prefill: clients left over wait in the queue (Little's law)
     extra = np.maximum(n_clients / np.maximum(x, 1e-12) - (ttft + gen * tpot), 0.0)
     ttft = ttft + extra
@@ -269,15 +327,18 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
     latency = ttft + gen * tpot
     gpus = pre["gpus"] * _f(p_workers) + dec["gpus"] * _f(d_workers)
     queue_wait = np.maximum(ttft - host - own - t_kv, 0.0)     # no queue: 0, not the -1e-17 of rounding
-    return {
+    out = {
         "ttft_s": ttft, "ttft_p90_s": ttft_p90, "tpot_s": tpot, "latency_s": latency,
         "tokens_per_s_per_user": 1.0 / np.maximum(tpot, 1e-12),
         "tokens_per_s_per_gpu": np.minimum(x, n_clients / latency) * osl / gpus,
-        "prefill_step_s": pre_full, "prefill_own_s": own + 0.0 * ttft, "decode_step_s": dec["step_s"] + 0.0 * ttft,
+        "prefill_step_s": pre_full, "prefill_own_s": own + 0.0 * ttft, "decode_step_s": parts["step_s"] + 0.0 * ttft,
         "tokens_per_step": ctx.tokens_per_step_within(gen) + 0.0 * ttft, "kv_transfer_s": t_kv,
         "prefill_utilization": x / capacity, "queue_wait_s": queue_wait, "gpus": gpus,
-        "fits": dec["fits"] & pre["fits"],
+        "decoding_per_rank": running + 0.0 * ttft, "fits": dec["fits"] & pre["fits"],
     }
+    for part in STEP_PARTS:        # the parts of the step as priced, at the requests decoding
+        out["decode_" + part] = parts["decode_" + part] + 0.0 * ttft
+    return out
 
 
 def evaluate_disagg(ctx, p_tp, p_adp, p_pp, p_moe_tp, p_moe_ep, p_batch, p_workers,
@@ -288,7 +349,9 @@ def evaluate_disagg(ctx, p_tp, p_adp, p_pp, p_moe_tp, p_moe_ep, p_batch, p_worke
     pre = prefill_side(ctx, p_tp, p_adp, p_pp, p_moe_tp, p_moe_ep, p_batch, isl)
     out = combine(ctx, dec, pre, p_workers, d_workers, isl, osl, kv_link_free)
     for key, value in dec.items():
-        if key.startswith("decode_") or key.endswith("_bytes") or key in ("max_batch_per_rank", "kv_bytes_per_request"):
+        # the decode step's parts as the loop priced them (``combine``), not the whole batch's
+        if key not in out and (key.startswith("decode_") or key.endswith("_bytes")
+                               or key in ("max_batch_per_rank", "kv_bytes_per_request")):
             out[key] = value
     out["prefill_weights_bytes"] = pre["weights_bytes"]
     out["prefill_max_batch_per_rank"] = pre["max_batch_per_rank"]
