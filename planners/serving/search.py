@@ -169,12 +169,16 @@ def _search_batches(lo: np.ndarray, hi: np.ndarray, run, refine=None) -> tuple[n
     where the engine switches kernels), or where ``refine(rows, left, right)`` says so."""
     hi = np.floor(np.asarray(hi, dtype=float))
     rows, batch = _every_batch(lo, hi, BATCH_STEP)
-    meets, score, tpot, ttft = (np.broadcast_to(v, batch.shape) for v in run(rows, batch))
+    got = run(rows, batch)
+    meets, score, tpot, ttft = (np.broadcast_to(v, batch.shape) for v in got[:4])
+    # where ``run`` gives a fifth array (the requests a step carries, a disaggregated loop's
+    # decoding count), ``refine`` looks between those rather than between the batches
+    where = np.broadcast_to(got[4], batch.shape) if len(got) > 4 else batch
     left, right = slice(None, -1), slice(1, None)
     gap = (rows[left] == rows[right]) & (batch[right] - batch[left] > 1.0)
     turn = (meets[left] & ~meets[right]) | (tpot[right] < tpot[left]) | (ttft[right] < ttft[left])
     if refine is not None:
-        turn = turn | refine(rows[left], batch[left], batch[right])
+        turn = turn | refine(rows[left], where[left], where[right])
     fill = np.flatnonzero(gap & turn)
     at, more = _every_batch(batch[fill] + 1.0, batch[fill + 1] - 1.0)
     more_rows = rows[fill][at]
@@ -293,10 +297,17 @@ class _DecodeTable:
         pos_of: the position in ``lay`` of each ``layout_index`` (-1: none holds a request).
         d: the decode side, row by row; falls_upto: TPOT falls (kernel switches) counted up to
             each row within its layout.
-        rate: requests/s one decode worker finishes at each row, clients / ((osl - 1) TPOT), where
-            it fits and meets the TPOT objective (0 elsewhere): an upper bound on what a pairing
-            with it delivers (``_disagg_bound``).
-        step_least: the least decode step of the layout at this row's batch or any larger one.
+        rate: an upper bound on the requests/s one decode worker finishes with r requests
+            decoding a rank, for any r in (b - 1, b] (b this row's batch) whose TPOT can meet the
+            objective: b adp / ((osl - 1) TPOT_low), TPOT_low the lower of the whole-batch TPOTs
+            at b - 1 and b (at b = 1: its own), where it fits and TPOT_low meets the objective (0
+            elsewhere). A pairing's step carries the requests decoding r <= b, the closed loop's
+            fixed point (``disaggregated.combine``), not the whole batch, so the running best of
+            ``rate`` up to b bounds what it delivers at batch b (``_disagg_bound``). Sound where
+            the step between two whole batches is no faster than at both ends (the engines'
+            switch points fall at whole token counts).
+        step_least: the least decode step of the layout at any batch (a lower bound on its step
+            with any number of requests decoding).
     """
 
     lay: dict
@@ -325,30 +336,40 @@ def _decode_table(ctx, dcols: dict, dec: dict, max_batch: int, isl: int, osl: in
                     lay["moe_ep"][l_rows], l_batch, isl, osl)
     d = {k: np.broadcast_to(v, l_batch.shape) for k, v in d.items() if isinstance(v, np.ndarray) or np.isscalar(v)}
     start = np.concatenate([[0], np.cumsum(hi)[:-1]]).astype(np.int64)
-    falls = np.concatenate([[0.0], (d["tpot_s"][1:] < d["tpot_s"][:-1]) & (l_rows[1:] == l_rows[:-1])])
-    ok = d["fits"] & (d["tpot_s"] <= tpot_s)
-    rate = np.where(ok, d["clients"] / (max(osl - 1.0, 1.0) * d["tpot_s"]), 0.0)
-    least = [np.minimum.accumulate(d["step_s"][s:s + int(h)][::-1])[::-1] for s, h in zip(start, hi)]
-    return _DecodeTable(lay, hi, start, pos_of, d, np.cumsum(falls), rate,
-                        np.concatenate(least) if least else np.zeros(0))
+    same = np.concatenate([[False], l_rows[1:] == l_rows[:-1]])      # the row before is the batch below
+    falls = np.concatenate([[0.0], (d["tpot_s"][1:] < d["tpot_s"][:-1]) & same[1:]])
+    below = np.concatenate([d["tpot_s"][:1], d["tpot_s"][:-1]])
+    tpot_low = np.where(same, np.minimum(below, d["tpot_s"]), d["tpot_s"])
+    ok = d["fits"] & (tpot_low <= tpot_s)
+    rate = np.where(ok, d["clients"] / (max(osl - 1.0, 1.0) * tpot_low), 0.0)
+    seg = np.repeat(np.arange(hi.size), hi.astype(np.int64))
+    least = np.full(hi.size, np.inf)
+    np.minimum.at(least, seg, d["step_s"])
+    return _DecodeTable(lay, hi, start, pos_of, d, np.cumsum(falls), rate, least[seg])
 
 
 def _refine(ctx, table: _DecodeTable, pre: dict, pi, pos, npw, ndw, lo, hi, isl: int, osl: int, ttft_s: float,
             tpot_s: float):
     """``_search_batches`` over decode batches [lo, hi] of the pairings (prefill row ``pi``, decode
     layout at ``pos`` of ``table``, worker counts): every batch between two evaluated ones where
-    the layout's TPOT falls is evaluated too. Returns the largest batch meeting the objective and
-    the best (0 where none does)."""
+    the layout's TPOT falls is evaluated too, a fall between the requests their steps carry
+    (``combine``'s ``decoding_per_rank``, at most the batch: a fall at whole-batch counts between
+    the lower one rounded down and the upper one rounded up). Returns the largest batch meeting
+    the objective and the best (0 where none does)."""
     psel = _per_row(pre, pi, "pre_one_s")
 
     def run(rows, batch):
         at = table.at(pos[rows], batch)          # the decode rows, looked up once for every column
         got = combine(ctx, {k: v[at] for k, v in table.d.items()},
                       {k: v[rows] for k, v in psel.items()}, npw[rows], ndw[rows], isl, osl)
-        return _meets(got, ttft_s, tpot_s), got["tokens_per_s_per_gpu"], got["tpot_s"], got["ttft_s"]
+        return (_meets(got, ttft_s, tpot_s), got["tokens_per_s_per_gpu"], got["tpot_s"], got["ttft_s"],
+                got["decoding_per_rank"])
 
-    return _search_batches(lo, hi, run, refine=lambda rows, left, right: (
-        table.falls_upto[table.at(pos[rows], right)] > table.falls_upto[table.at(pos[rows], left)]))
+    def refine(rows, left, right):
+        top = np.minimum(np.ceil(right), table.hi[pos[rows]])
+        return table.falls_upto[table.at(pos[rows], top)] > table.falls_upto[table.at(pos[rows], np.floor(left))]
+
+    return _search_batches(lo, hi, run, refine=refine)
 
 
 def _disagg_slo_batches(ctx, table: _DecodeTable, dcols: dict, pre: dict, pi, di, npw, ndw, out: dict, isl: int,
@@ -407,8 +428,9 @@ def _synchronised_most(table: _DecodeTable, pos, d_workers, servers, service_s, 
     """The largest batch b of each layout at ``pos`` of ``table`` (0 if none) whose synchronised
     wait could stay within ``slack_s`` (seconds): ``synchronised_wait_s``, the function
     ``combine`` charges, at its b x adp x ``d_workers`` / ``servers`` clients per prefill server,
-    each taking ``service_s``. With the step at b taken as the least at any batch from b up (a
-    lower bound that grows with b) the wait, rising with clients and step, grows with b: bisection
+    each taking ``service_s``. With the step taken as the layout's least at any batch (a lower
+    bound on the step of the requests decoding, which ``combine`` prices: any number from 1 to
+    b) the wait, rising with clients and step, grows with b: bisection
     over the whole batches on that function itself, so the bound moves with the wait model (the
     hand inversion it replaces, (N / c - 1) x step <= 4 slack^2 / (sync^2 service), would not)."""
     adp = table.lay["adp"][pos]
@@ -435,7 +457,11 @@ def _disagg_bound(ctx, table: _DecodeTable, pre: dict, p_ok: np.ndarray, gpus: i
     (N - n_p c) / (n_p c mu)), so meeting the TTFT objective with ``slack`` left after the first
     two needs N <= n_p c (1 + slack mu) or a utilisation whose M/D/c wait is within the slack
     (``_utilisation_within``). The decode side enters through each layout's ``rate`` (requests/s
-    a worker finishes at a batch meeting TPOT).
+    a worker can finish with any count decoding in (b - 1, b] whose TPOT can meet the objective):
+    its steps carry the requests decoding, the loop's fixed point r <= b (``combine``), so a batch
+    whose whole-batch TPOT misses the objective can still meet it, and a batch b can deliver the
+    running best of ``rate`` up to b. The batches searched run from the first whose running best
+    beats the best found to the most the TTFT bound allows.
 
     A decode-only front had dropped DeepSeek-R1's decode tp8-etp2xep4 at batches 16 and 32
     (tp8-etp4xep2 is faster there) and kept it at 64, which misses a 30 ms TPOT; at batch 59 it
@@ -494,17 +520,17 @@ def _disagg_bound(ctx, table: _DecodeTable, pre: dict, p_ok: np.ndarray, gpus: i
     pi, pos, npw, ndw, need, most = (np.concatenate(v) for v in zip(*found))
     new = ~pd.MultiIndex.from_arrays([pi.astype(float), table.lay["layout_index"][pos], npw, ndw]).isin(done)
     pi, pos, npw, ndw, need, most = (v[new] for v in (pi, pos, npw, ndw, need, most))
-    # the batches whose bound beats the best: a decode worker finishing more than need / n_d
-    # requests a second, from the first such batch of the layout to the last (and to the most
-    # clients the TTFT bound allows where the prefill utilisation would not)
-    lo, hi = np.zeros(pi.size), np.zeros(pi.size)
+    # the batches whose bound beats the best: a decode worker able to finish more than
+    # need / n_d requests a second, from the first batch of the layout whose running best does
+    # (the requests decoding at a larger batch may be any count up to it) to the most clients
+    # the TTFT bound allows
+    lo = np.zeros(pi.size)
     for p in np.unique(pos):
         at = np.flatnonzero(pos == p)
         seg = slice(table.start[p], table.start[p] + int(table.hi[p]))
-        r = table.rate[seg]
-        thr = np.maximum(need[at] / ndw[at], 0.0)      # and only batches that fit and meet TPOT
+        thr = np.maximum(need[at] / ndw[at], 0.0)      # and only batches that fit and can meet TPOT
         lo[at] = np.searchsorted(upto[seg], thr, side="right") + 1.0      # the layout's running best
-        hi[at] = np.minimum(np.searchsorted(-np.maximum.accumulate(r[::-1])[::-1], -thr, side="left"), most[at])
+    hi = most
     go = hi >= lo
     pi, pos, npw, ndw, lo, hi = (v[go] for v in (pi, pos, npw, ndw, lo, hi))
     if pi.size == 0:
