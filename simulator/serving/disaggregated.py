@@ -217,6 +217,14 @@ def _throughput_bisection(lo, hi, capacity, queue, cap, before_wait, sync, t_kv,
     return bisect_rate(lo, hi, n_clients, shape, in_flight_at)
 
 
+def _rows(value, rows, shape):
+    """``value`` (a scalar or an array broadcasting to ``shape``) at the flat ``rows`` of ``shape``
+    (itself where ``rows`` is None or it is a scalar)."""
+    if rows is None or np.ndim(value) == 0:
+        return value
+    return np.broadcast_to(value, shape).ravel()[rows]
+
+
 #: closed-loop passes at most for the requests decoding (the first prices the whole batch)
 _DECODING_PASSES = 8
 #: a row's passes stop once the requests it decodes and Little's law on its output agree to this
@@ -281,44 +289,66 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
     cap = np.maximum(n_clients - servers, 0.0) * service / servers
     queue = _mdc_queue(servers, service)
 
-    def loop_at(tpot, step_s):
-        """(rate, TTFT mean, TTFT p90, sync) of the loop with this decode step."""
-        sync = synchronised_wait_s(n_clients / servers, service, step_s, arrival_sync)
-        decode_s = gen * tpot
-        lo = np.zeros_like(n_clients)
-        hi = np.minimum(capacity * 0.999999, n_clients / (decode_s + t_kv))
-        x = _throughput_bisection(lo, hi, capacity, queue, cap, host + own, sync, t_kv, decode_s, n_clients)
-        wq, w90 = mdc_wait_s(x / capacity, servers, service)
-        wq, w90 = np.minimum(wq, cap), np.minimum(w90, cap)
-        return (x, host + own + np.maximum(wq, sync) + t_kv,
-                host + own + np.maximum(w90, SYNC_P90 * sync) + t_kv)
+    def loop_at(tpot, step_s, rows=None):
+        """(rate, TTFT mean, TTFT p90) of the loop with this decode step, at ``rows`` (all: None)."""
+        n, c, svc, kv, capa, lim, before_wait = (_rows(v, rows, shape) for v in
+                                                 (n_clients, servers, service, t_kv, capacity, cap, host + own))
+        sync = synchronised_wait_s(n / c, svc, step_s, arrival_sync)
+        decode_s = _rows(gen, rows, shape) * tpot
+        lo = np.zeros_like(n)
+        hi = np.minimum(capa * 0.999999, n / (decode_s + kv))
+        q = tuple(_rows(v, rows, shape) for v in queue)
+        x = _throughput_bisection(lo, hi, capa, q, lim, before_wait, sync, kv, decode_s, n)
+        wq, w90 = mdc_wait_s(x / capa, c, svc)
+        wq, w90 = np.minimum(wq, lim), np.minimum(w90, lim)
+        return (x, before_wait + np.maximum(wq, sync) + kv,
+                before_wait + np.maximum(w90, SYNC_P90 * sync) + kv)
 
     ranks = _f(d_workers) * dec["adp"]
     most = dec["batch"]
     lay = (dec["tp"], dec["adp"], dec["pp"], dec["moe_tp"], dec["moe_ep"])
-    running, parts = most, dec
-    bracket_lo, bracket_hi = np.ones_like(most), most
+    # the first pass prices the whole batch (``dec``), every row
+    shape = None
+    x, ttft, ttft_p90 = loop_at(dec["tpot_s"], dec["step_s"])
+    shape = np.broadcast_shapes(np.shape(x), np.shape(dec["tpot_s"]), np.shape(most), np.shape(ranks))
+    x, ttft, ttft_p90 = (np.array(np.broadcast_to(v, shape), dtype=float) for v in (x, ttft, ttft_p90))
+    parts = {k: np.array(np.broadcast_to(dec[k], shape), dtype=float)
+             for k in ("step_s", "tpot_s", *("decode_" + p for p in STEP_PARTS))}
+    most_all, ranks_all, gen_all = (np.broadcast_to(v, shape) for v in (most, ranks, gen))
+    running = np.array(most_all, dtype=float)
+    residual = running - decoding_requests(x / ranks_all, gen_all, parts["tpot_s"], most_all)
+    done = np.abs(residual) <= _DECODING_TOLERANCE * running
+    bracket_lo, bracket_hi = np.ones(shape), running.copy()
     before = None
-    for k in range(_DECODING_PASSES):
-        if k:
-            parts, per_step = decode_step(ctx, *lay, running, isl, osl)
-            parts = {"step_s": parts["step_s"], "tpot_s": parts["step_s"] / per_step,
-                     **{"decode_" + p: parts[p] for p in STEP_PARTS}}
-        x, ttft, ttft_p90 = loop_at(parts["tpot_s"], parts["step_s"])
-        residual = running - decoding_requests(x / ranks, gen, parts["tpot_s"], most)
-        done = np.abs(residual) <= _DECODING_TOLERANCE * running
-        if k == _DECODING_PASSES - 1 or np.all(done):
+    # each further pass reprices only the rows not yet done: a done row's passes would reprice the
+    # same count (the same numbers), so its columns are those of the pass it stopped at
+    for k in range(1, _DECODING_PASSES):
+        if np.all(done):
             break
-        bracket_hi = np.where(residual >= 0.0, np.minimum(bracket_hi, running), bracket_hi)
-        bracket_lo = np.where(residual < 0.0, np.maximum(bracket_lo, running), bracket_lo)
-        step = running - residual                      # the plain pass: r = h(r)
+        act = np.flatnonzero(~done.ravel())
+        r, res = running.ravel()[act], residual.ravel()[act]
+        b_lo = np.where(res < 0.0, np.maximum(bracket_lo.ravel()[act], r), bracket_lo.ravel()[act])
+        b_hi = np.where(res >= 0.0, np.minimum(bracket_hi.ravel()[act], r), bracket_hi.ravel()[act])
+        step = r - res                                 # the plain pass: r = h(r)
         if before is not None:
             with np.errstate(divide="ignore", invalid="ignore"):
-                secant = running - residual * (running - before[0]) / (residual - before[1])
-            inside = np.isfinite(secant) & (secant >= bracket_lo) & (secant <= bracket_hi)
+                secant = r - res * (r - before[0].ravel()[act]) / (res - before[1].ravel()[act])
+            inside = np.isfinite(secant) & (secant >= b_lo) & (secant <= b_hi)
             step = np.where(inside, secant, step)
-        before = (running, residual)
-        running = np.where(done, running, step)
+        before = (running.copy(), residual.copy())
+        bracket_lo.ravel()[act], bracket_hi.ravel()[act] = b_lo, b_hi
+        running.ravel()[act] = step
+        got, per_step = decode_step(ctx, *(_rows(v, act, shape) for v in lay), step,
+                                    _rows(isl, act, shape), _rows(osl, act, shape))
+        tpot_a = got["step_s"] / per_step
+        x_a, ttft_a, p90_a = loop_at(tpot_a, got["step_s"], act)
+        for name, value in (("step_s", got["step_s"]), ("tpot_s", tpot_a),
+                            *(("decode_" + p, got[p]) for p in STEP_PARTS)):
+            parts[name].ravel()[act] = value
+        x.ravel()[act], ttft.ravel()[act], ttft_p90.ravel()[act] = x_a, ttft_a, p90_a
+        res = step - decoding_requests(x_a / ranks_all.ravel()[act], gen_all.ravel()[act], tpot_a, most_all.ravel()[act])
+        residual.ravel()[act] = res
+        done.ravel()[act] = np.abs(res) <= _DECODING_TOLERANCE * step
     tpot = parts["tpot_s"]
     # saturated prefill: clients left over wait in the queue (Little's law)
     extra = np.maximum(n_clients / np.maximum(x, 1e-12) - (ttft + gen * tpot), 0.0)
