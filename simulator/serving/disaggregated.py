@@ -36,7 +36,7 @@ from cost_models.inference_comm import kv_busiest_link_bytes, kv_peers, kv_trans
 from cost_models.inference_step import STEP_PARTS, step_time
 from cost_models.kv_cache import kv_bytes_per_token_model, kv_shards, linear_state_bytes_model
 from simulator.serving.aggregated import SYNC_P90, decoding_requests, memory_columns, synchronised_wait_s
-from simulator.serving.rate_bisection import bisect_rate
+from simulator.serving.rate_bisection import BISECTION_STEPS, bisect_rate_rows
 
 
 def _f(x):
@@ -181,40 +181,68 @@ def kv_same_domain_share(prefill_gpus, decode_gpus, p_workers, d_workers, domain
     return np.where(total <= dom, 1.0, np.where(pre + dec <= dom, np.minimum(np.maximum(share, 0.0), 1.0), 0.0))
 
 
-def _throughput_bisection(lo, hi, capacity, queue, cap, before_wait, sync, t_kv, decode_s, n_clients):
-    """The closed loop's request rate (``combine``; ``rate_bisection.bisect_rate``): the rate x
-    in [lo, hi] at which x (TTFT(x) + decode) meets the clients, TTFT(x) the mean one
-    (``_mdc_mean_wait_at`` of x / capacity, at most ``cap``, at least ``sync``, after
-    ``before_wait``, plus ``t_kv``).
+def _throughput_bisection(lo, width, steps, capacity, queue, cap, before_wait, sync, t_kv, decode_s, n_clients):
+    """The closed loop's request rate (``combine``; ``rate_bisection.bisect_rate_rows``): the rate
+    x in [lo, lo + width] (``steps`` halvings, per row) at which x (TTFT(x) + decode) meets the
+    clients, TTFT(x) the mean one (``_mdc_mean_wait_at`` of x / capacity, at most ``cap``, at
+    least ``sync``, after ``before_wait``, plus ``t_kv``). Flat rows in, flat rates out.
 
-    The same operations in the same order as ``ttft_at``'s mean, so the same numbers bit for bit,
-    in place. The clip of the waiting probability to [0, 1] is left out: rho in [0, 0.999999] to
-    a power >= 1 (c >= 1) already lies there, and NaN passes either way."""
+    ``ttft_at``'s mean in place; the clip of the waiting probability to [0, 1] is left out: rho in
+    [0, 0.999999] to a power >= 1 (c >= 1) already lies there, and NaN passes either way."""
     c, exponent, service_s = queue
-    shape = np.broadcast_shapes(*(np.shape(v) for v in (lo, hi, capacity, c, exponent, service_s, cap,
-                                                          before_wait, sync, t_kv, decode_s, n_clients)))
-    rho = np.empty(shape)
+    rows = np.broadcast_shapes(*(np.shape(v) for v in (lo, width, capacity, c, exponent, service_s, cap,
+                                                        before_wait, sync, t_kv, decode_s, n_clients)))
+    flat = lambda v: v if np.ndim(v) == 0 else np.broadcast_to(v, rows).ravel()      # noqa: E731
+    # x (before_wait + max(min(wq, cap), sync) + t_kv + decode): the constant parts summed once
+    after = before_wait + t_kv + decode_s
+    columns = tuple(flat(_f(v)) for v in (capacity, exponent, c, service_s, cap, sync, after))
+    scratch = {}
 
-    def in_flight_at(mid, wait):
+    def in_flight_at(mid, wait, cols):
+        capa, expo, servers, svc, lim, syn, rest = cols
+        rho = scratch.get("rho")
+        rho = scratch["rho"] = np.empty(np.shape(mid)) if rho is None or len(rho) < len(mid) else rho
+        rho = rho[:len(mid)]
         # _mdc_mean_wait_at(mid / capacity): rho clipped, p_wait = rho ** exponent, idle = c (1 - rho)
-        np.divide(mid, capacity, out=rho)
+        np.divide(mid, capa, out=rho)
         np.maximum(rho, 0.0, out=rho)
         np.minimum(rho, 0.999999, out=rho)
-        np.power(rho, exponent, out=wait)
+        np.power(rho, expo, out=wait)
         np.subtract(1.0, rho, out=rho)
-        np.multiply(c, rho, out=rho)
+        np.multiply(servers, rho, out=rho)
         np.divide(wait, rho, out=wait)
         np.multiply(wait, _MDC_SCV, out=wait)
-        np.multiply(wait, service_s, out=wait)
+        np.multiply(wait, svc, out=wait)
         # TTFT: before_wait + max(min(wq, cap), sync) + t_kv; in flight: x (TTFT + decode)
-        np.minimum(wait, cap, out=wait)
-        np.maximum(wait, sync, out=wait)
-        np.add(before_wait, wait, out=wait)
-        np.add(wait, t_kv, out=wait)
-        np.add(wait, decode_s, out=wait)
+        np.minimum(wait, lim, out=wait)
+        np.maximum(wait, syn, out=wait)
+        np.add(wait, rest, out=wait)
         np.multiply(mid, wait, out=wait)
 
-    return bisect_rate(lo, hi, n_clients, shape, in_flight_at)
+    x = bisect_rate_rows(flat(_f(lo)), flat(_f(width)), flat(steps), flat(_f(n_clients)), columns, in_flight_at)
+    return x.reshape(rows)
+
+
+def _warm_bracket(x0, n_clients, hi, capacity, queue, cap, before_wait, sync, t_kv, decode_s):
+    """(lo, width, steps) of a bracket around the new closed-loop rate from the row's rate ``x0``
+    at its previous decode step (``combine``'s later passes). The in-flight count
+    f(x) = x (A(x) + decode), A(x) = before_wait + max(min(wq(x), cap), sync) + t_kv, has A
+    non-decreasing in x, so with f(x0) above the clients N the root lies in [x0 N / f(x0), x0]
+    (below x0, f(x) <= x f(x0) / x0), and with f(x0) at or below N in [x0, x0 N / f(x0)]
+    (above x0, f(x) >= x f(x0) / x0), at most ``hi``. ``steps`` halves the bracket to the cold
+    bisection's precision, ``hi`` 2^-BISECTION_STEPS: BISECTION_STEPS + log2(width / hi), rounded up."""
+    c, exponent, service_s = queue
+    wq = np.minimum(_mdc_mean_wait_at(x0 / capacity, c, exponent, service_s)[0], cap)
+    in_flight = x0 * (before_wait + np.maximum(wq, sync) + t_kv + decode_s)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = n_clients / in_flight
+        lo = x0 * np.minimum(ratio, 1.0)
+        up = np.minimum(x0 * np.maximum(ratio, 1.0), hi)
+        width = np.maximum(up - lo, 0.0)
+        steps = np.ceil(BISECTION_STEPS + np.log2(width / hi))
+    good = np.isfinite(lo) & np.isfinite(steps) & (lo >= 0.0)
+    steps = np.where(good, np.minimum(np.maximum(steps, 0.0), BISECTION_STEPS), BISECTION_STEPS).astype(np.int64)
+    return np.where(good, lo, 0.0), np.where(good, width, hi), steps
 
 
 def _rows(value, rows, shape):
@@ -289,8 +317,9 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
     cap = np.maximum(n_clients - servers, 0.0) * service / servers
     queue = _mdc_queue(servers, service)
 
-    def loop_at(tpot, step_s, rows=None):
-        """(rate, TTFT mean, TTFT p90) of the loop with this decode step, at ``rows`` (all: None)."""
+    def loop_at(tpot, step_s, rows=None, warm=None):
+        """(rate, TTFT mean, TTFT p90) of the loop with this decode step, at ``rows`` (all: None);
+        ``warm``: the rows' rates at their previous step, to bracket the new one around."""
         n, c, svc, kv, capa, lim, before_wait = (_rows(v, rows, shape) for v in
                                                  (n_clients, servers, service, t_kv, capacity, cap, host + own))
         sync = synchronised_wait_s(n / c, svc, step_s, arrival_sync)
@@ -298,7 +327,10 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
         lo = np.zeros_like(n)
         hi = np.minimum(capa * 0.999999, n / (decode_s + kv))
         q = tuple(_rows(v, rows, shape) for v in queue)
-        x = _throughput_bisection(lo, hi, capa, q, lim, before_wait, sync, kv, decode_s, n)
+        width, steps = hi, BISECTION_STEPS
+        if warm is not None:
+            lo, width, steps = _warm_bracket(warm, n, hi, capa, q, lim, before_wait, sync, kv, decode_s)
+        x = _throughput_bisection(lo, width, steps, capa, q, lim, before_wait, sync, kv, decode_s, n)
         wq, w90 = mdc_wait_s(x / capa, c, svc)
         wq, w90 = np.minimum(wq, lim), np.minimum(w90, lim)
         return (x, before_wait + np.maximum(wq, sync) + kv,
@@ -341,7 +373,7 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
         got, per_step = decode_step(ctx, *(_rows(v, act, shape) for v in lay), step,
                                     _rows(isl, act, shape), _rows(osl, act, shape))
         tpot_a = got["step_s"] / per_step
-        x_a, ttft_a, p90_a = loop_at(tpot_a, got["step_s"], act)
+        x_a, ttft_a, p90_a = loop_at(tpot_a, got["step_s"], act, x.ravel()[act])
         for name, value in (("step_s", got["step_s"]), ("tpot_s", tpot_a),
                             *(("decode_" + p, got[p]) for p in STEP_PARTS)):
             parts[name].ravel()[act] = value

@@ -33,3 +33,44 @@ def bisect_rate(lo, hi, clients, shape: tuple, in_flight_at: Callable[[np.ndarra
         np.logical_not(too_fast, out=too_fast)
         np.copyto(lo, mid, where=too_fast)
     return 0.5 * (lo + hi)
+
+
+def bisect_rate_rows(lo, width, steps, clients, columns: tuple,
+                     in_flight_at: Callable[[np.ndarray, np.ndarray, tuple], None]) -> np.ndarray:
+    """``bisect_rate`` over flat rows, each with its own bracket [``lo``, ``lo`` + ``width``] and
+    its own number of halvings ``steps`` (0 .. ``BISECTION_STEPS``): a row warm-started in a
+    narrow bracket needs fewer to reach the same precision, and each row's result depends on its
+    own values alone. The rows are ordered by their steps (most first), so the halving k works on
+    the leading rows that still need it (views, no copies). ``in_flight_at(mid, out, cols)``
+    writes x x latency(x) at ``mid`` into ``out``, ``cols`` being ``columns`` (arrays of the
+    rows, or scalars) at those leading rows. Returns the middle of each row's last interval.
+
+    The bracket moves by adding the half-width where the rate is not too fast (lo + h x ok): a
+    masked copy (``np.copyto(where=)``) over rows in random order costs several times the
+    arithmetic. The middles then differ from (lo + hi) / 2 in the last bits, not the precision."""
+    lo = np.array(lo, dtype=float).ravel()
+    width = np.broadcast_to(np.asarray(width, dtype=float), lo.shape)
+    steps = np.broadcast_to(np.asarray(steps, dtype=np.int64), lo.shape)
+    order = np.argsort(-steps, kind="stable")
+    lo, width, steps = lo[order], width[order], steps[order]
+    need = np.broadcast_to(np.asarray(clients, dtype=float), lo.shape)[order]
+    cols = tuple(c if np.ndim(c) == 0 else np.broadcast_to(np.asarray(c, dtype=float), order.shape)[order]
+                 for c in columns)
+    # rows still halving at step k: the first active[k] (steps sorted, most first)
+    active = np.searchsorted(-steps, -np.arange(BISECTION_STEPS), side="left")
+    half, mid, in_flight = np.empty(lo.shape), np.empty(lo.shape), np.empty(lo.shape)
+    ok = np.empty(lo.shape, dtype=bool)
+    for k in range(BISECTION_STEPS):
+        n = int(active[k])
+        if n == 0:
+            break
+        h, m, f, o = half[:n], mid[:n], in_flight[:n], ok[:n]
+        np.multiply(width[:n], 0.5 ** (k + 1), out=h)
+        np.add(lo[:n], h, out=m)
+        in_flight_at(m, f, tuple(c if np.ndim(c) == 0 else c[:n] for c in cols))
+        np.less_equal(f, need[:n], out=o)
+        np.multiply(h, o, out=h)
+        np.add(lo[:n], h, out=lo[:n])
+    x = np.empty(lo.shape)
+    x[order] = lo + width * np.exp2(-(steps + 1.0))
+    return x
