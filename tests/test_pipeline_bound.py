@@ -15,7 +15,7 @@ from model_specs.catalog import load_model
 from planners import SearchConstraints, enumerate_space
 from planners.refine import refine_exact
 from planners.vectorized import evaluate_rows_exact, evaluate_space
-from simulator.pipeline.bound import flush_lower_bound_s, trailing_w_counts
+from simulator.pipeline.bound import flush_lower_bound_s, held_cap_trailing_w_s, trailing_w_counts
 from simulator.pipeline.makespan import _sweep, candidate_orders, flush_makespan_s, m_cap, order_durations, stage_work_s
 from simulator.pipeline.schedules import ScheduleKind
 from simulator.step_pipeline import even_estimate_s
@@ -163,3 +163,98 @@ def test_refinement_stopping_on_the_bound_finds_the_brute_force_best_plan(schedu
     assert refined.outputs["step_time_s"][best] == pytest.approx(brute.min(), rel=1e-12)
     # every row's bound is below its exact time
     assert (refined.outputs["step_time_lower_s"] <= brute * (1 + 1e-9)).all()
+
+
+# -- the list-scheduled orders' trailing W passes, bounded by the memory cap without an order ----------------
+
+def test_held_cap_trailing_w_hand_derived():
+    # ZB-H2 holds at most 2p - 1 micro-batches: p = 3, cap 5. m = 10 (swept at m_cap = 18, so
+    # 10): 5 W passes of 0.5 s = 2.5 s on every stage; m = 2: both micro-batches, 1.0 s.
+    w = np.full((2, 3, 1), 0.5)
+    assert held_cap_trailing_w_s(ScheduleKind.ZB_H2, 3, np.array([10.0, 2.0]), w).tolist() == [[2.5] * 3, [1.0] * 3]
+    # ZB-V holds at most 2p chunk sets: p = 2, cap 4, chunk W of 1 s and 3 s. m = 3: the heavy
+    # chunk's 3 sets (9 s) and 1 of the light chunk (1 s) = 10 s; m = 1: one of each, 4 s; m = 50
+    # (swept at m_cap = 16): 4 heavy sets, 12 s.
+    w = np.array([[[1.0, 3.0], [3.0, 1.0]]] * 3)
+    got = held_cap_trailing_w_s(ScheduleKind.ZB_V, 2, np.array([3.0, 1.0, 50.0]), w)
+    assert got.tolist() == [[10.0, 10.0], [4.0, 4.0], [12.0, 12.0]]
+
+
+def test_list_scheduled_bound_builds_no_order(monkeypatch):
+    # the bound of a ZB-H2 / ZB-V flush must not list-schedule an order per pass-time ratio
+    # (88% of a `plan --schedule zb-h2` search did); with the generators broken it still works
+    import simulator.pipeline.generators as gen
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the bound built a list-scheduled order")
+
+    for name in ("timed_greedy_order", "zb_v_block_order", "best_timed_order", "best_zb_v_order"):
+        monkeypatch.setattr(gen, name, refuse)
+    rng = np.random.default_rng(7)
+    for kind, v in (("zb-h2", 1), ("zb-v", 2)):
+        f = rng.uniform(0.5, 1.5, (5, 7, v))         # p = 7: no order of it built before in this run
+        b, w = f * rng.uniform(0.5, 3.0, (5, 1, 1)), f * rng.uniform(0.1, 2.0, (5, 1, 1))
+        assert np.isfinite(flush_lower_bound_s(kind, 7, np.array([3, 9, 13, 40, 77]), v, f, b, w)).all()
+
+
+#: F : B : W ratios: equal, B heavy, W heavy, W tiny, B light; ZB-V takes its block order at some
+#: (1 : 2 : 0.5, generators.best_zb_v_order) and the greedy at others
+RATIOS = ((1.0, 1.0), (2.0, 0.5), (0.5, 2.0), (3.0, 0.25), (1.0, 3.0), (0.25, 1.0), (1.5, 1.5))
+
+
+@pytest.mark.parametrize("kind", ["zb-h2", "zb-v"])
+def test_held_cap_bound_is_below_the_exact_makespan_and_above_every_orders_trailing_w(kind):
+    from simulator.pipeline.generators import timed_greedy_order, zb_v_block_order
+    kind_ = ScheduleKind(kind)
+    v = 2 if kind == "zb-v" else 1
+    rng = np.random.default_rng(11)
+    block_won = greedy_won = 0
+    for p in (2, 3, 4, 6):
+        for m in (1, p, 2 * p, m_cap(kind_, p), m_cap(kind_, p) + p):
+            for rb, rw in RATIOS:
+                # uneven cells around the ratio, heavier ends
+                f = rng.uniform(0.8, 1.25, (4, p, v))
+                f[:, 0, 0] *= 1.5
+                b = f * rb * rng.uniform(0.9, 1.1, (4, p, v))
+                w = f * rw * rng.uniform(0.9, 1.1, (4, p, v))
+                b[:, -1, -1] *= 1.5
+                exact = flush_makespan_s(kind, p, m, v, f, b, w)
+                lower = flush_lower_bound_s(kind, p, m, v, f, b, w)
+                assert (lower <= exact * (1 + SLACK)).all(), (kind, p, m, rb, rw, lower, exact)
+                # the held-cap W is at least the trailing W of every order the sweep takes
+                held = held_cap_trailing_w_s(kind_, p, np.full(4, float(m)), w)
+                m_order = min(m, m_cap(kind_, p))
+                for ratios in candidate_orders(kind, f, b, w).reshape(-1, 3):
+                    counts = trailing_w_counts(kind_, p, m_order, v, tuple(float(x) for x in ratios))
+                    assert ((w * counts).sum(axis=2) <= held * (1 + SLACK)).all()
+                if kind == "zb-v" and m == 2 * p:
+                    cells = [(i, 0) for i in range(p)] + [(i, 1) for i in reversed(range(p))]
+                    greedy = min(timed_greedy_order(p, m, 2, cells, 2 * p, 1.0, rb, rw, 1, alt)[1]
+                                 for alt in (True, False))
+                    block = zb_v_block_order(p, m, 1.0, rb, rw)[1]
+                    block_won += block < greedy
+                    greedy_won += greedy <= block
+    if kind == "zb-v":          # the grid covers both of ZB-V's orders
+        assert block_won and greedy_won
+
+
+@pytest.mark.parametrize("schedule", ["zb-h2", "zb-v"])
+def test_top_plans_are_those_every_row_timed_exactly_gives(schedule, monkeypatch):
+    # `plan --schedule zb-h2 / zb-v` on a small case: the top plans and their step times are
+    # those of the same search whose flush bound is 0 (every row that could rank timed exactly)
+    from planners.plan import plan
+    import simulator.step_pipeline as sp
+
+    def run():
+        res = plan("llama3-8b", "dgx-h100", 32, global_batch=64, schedules=(schedule,), workers=1,
+                   max_tp=4, fixed={"pp": (4, 8)})
+        top = res.plans.head(10)
+        assert top["pipeline_exact"].all() and (top["schedule"] == schedule).all()
+        keys = [c for c in top.columns if c not in ("pipeline_exact", "step_time_lower_s")]
+        return top[keys].to_numpy().tolist()
+
+    bounded = run()
+    real = sp.flush_lower_bound_s
+    monkeypatch.setattr(sp, "flush_lower_bound_s", lambda kind, p, m, v, f, *a, **k: np.zeros(f.shape[0]))
+    assert real is not sp.flush_lower_bound_s
+    assert run() == bounded

@@ -17,22 +17,40 @@ the last position; W after the B of its cell).
   >= ``S_k + m work_k``.
 * Drain: let ``a`` be k's last B-type op (B or BW). Every F on k precedes the B of its cell,
   also on k, and a B at a later position of a path precedes the B at an earlier one of the
-  same micro-batch; so after ``a`` only W ops run on k, ``W_k`` seconds in all, read off the
-  order (the trailing W ops per cell). ``a`` ends at >= ``S_k + m work_k - W_k``, and the B
-  chain of ``a``'s micro-batch down to position 0 follows it: at least the least over k's
-  positions u of the backward chain below u (each B-type op at least b; b + w where every
-  backward is fused, GPipe / 1F1B / interleaved), plus, when the chain is not empty and every
-  backward is split (ZB-H1 / ZB-H2 / ZB-V), the W at position 0 that waits for its last B.
+  same micro-batch; so after ``a`` only W ops run on k, ``W_k`` seconds in all: read off the
+  order (the trailing W ops per cell) where it is fixed, and for the list-scheduled orders
+  (ZB-H2, ZB-V) at most what the memory cap lets a stage defer (below). ``a`` ends at
+  >= ``S_k + m work_k - W_k``, and the B chain of ``a``'s micro-batch down to position 0
+  follows it: at least the least over k's positions u of the backward chain below u (each
+  B-type op at least b; b + w where every backward is fused, GPipe / 1F1B / interleaved), plus,
+  when the chain is not empty and every backward is split (ZB-H1 / ZB-H2 / ZB-V), the W at
+  position 0 that waits for its last B.
 
-So ``makespan >= S_k + m work_k + max(0, drain_k - W_k)`` for every k. The former bound added
-the whole drain after the busiest stage's work: true where the stage's last op is a B (the
-fused schedules), not where it is a deferred W that runs while the B chain descends (ZB-H1's
-stage i ends on i + 1 W passes).
+So ``makespan >= S_k + m work_k + max(0, drain_k - W_k)`` for every k, and for any ``U_k >=
+W_k`` in place of ``W_k`` (the term only shrinks).
+
+ZB-H2 and ZB-V build their order per pass-time ratio (``generators.timed_greedy_order``,
+``zb_v_block_order``), and reading ``W_k`` off each row's orders cost a list-scheduled order per
+(m, ratio) the batch holds: 88% of a ``plan --schedule zb-h2`` search (Llama-3 70B on 512 H100,
+928 orders for 49 (p, m) pairs). Instead ``U_k`` needs no order: every trailing W is the W of a
+distinct (micro-batch, chunk) activation set that k holds right after ``a`` (its F has run, its W
+not), and no order ever lets a stage hold more than its memory cap ``H`` (ZB-H2 ``2p - 1``
+micro-batches, Qi et al. 2023, section 2.2; ZB-V ``2p`` chunk sets, section 6: the greedy
+admits an F only below the cap, the block order runs a W instead of an F at ``2p``), nor more
+than the ``m`` sets of one chunk. So the counts n_c per chunk satisfy ``n_c <= min(m, H)``,
+``sum n_c <= H``, and ``W_k <= U_k``, the most ``sum n_c w_kc`` under those limits: the heaviest
+chunk's W filled first (``held_cap_trailing_w_s``), for any pass times and either order. (The
+planner prices every row that can rank by its exact makespan, so the plans it reports do not
+move: the looser U_k only lets more rows reach that pricing.)
+
+The former bound added the whole drain after the busiest stage's work: true where the stage's
+last op is a B (the fused schedules), not where it is a deferred W that runs while the B chain
+descends (ZB-H1's stage i ends on i + 1 W passes).
 
 Long flushes: beyond ``m_cap`` micro-batches the makespan is the extrapolation
 ``T(cap) + (m - cap) rate`` with ``rate`` at least every stage's work per micro-batch
-(``makespan._flush``). The bound takes ``W_k`` from the order at ``min(m, cap)``; each stage's
-term grows by ``work_k <= rate`` per micro-batch past the cap, and at the cap it is proven
+(``makespan._flush``). The bound takes ``W_k`` (``U_k``) from the order at ``min(m, cap)``; each
+stage's term grows by ``work_k <= rate`` per micro-batch past the cap, and at the cap it is proven
 above, so it stays below the extrapolated value.
 """
 from __future__ import annotations
@@ -41,7 +59,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from simulator.pipeline.makespan import RATIO_STEP, candidate_orders, m_cap, stage_work_s
+from simulator.pipeline.makespan import m_cap, stage_work_s
 from simulator.pipeline.schedules import B, BW, W, ScheduleKind, make_schedule, schedule_paths
 
 #: schedules whose every backward is a fused BW: no W ever trails a stage's last backward
@@ -124,25 +142,37 @@ def flush_lower_bound_s(kind, p: int, m, v: int, f, b, w, work=None) -> np.ndarr
     return (start + m[:, None] * work + drain).max(axis=1)
 
 
+#: most activation sets one stage of a list-scheduled order holds at once, by schedule and p: the
+#: memory caps ``schedules._generate`` builds them with
+HELD_CAP = {ScheduleKind.ZB_H2: lambda p: 2 * p - 1, ScheduleKind.ZB_V: lambda p: 2 * p}
+
+
+def held_cap_trailing_w_s(kind: ScheduleKind, p: int, m: np.ndarray, w) -> np.ndarray:
+    """(rows, p) seconds at least those of the W passes each stage of a list-scheduled flush
+    (ZB-H2, ZB-V) runs after its last B, in any order its generators build for any pass times
+    (module docstring): ``n_c`` W passes per chunk, ``n_c <= min(m, H)`` and ``sum_c n_c <= H``
+    (``H`` = ``HELD_CAP``; ``m`` capped at ``m_cap`` as the swept order is), the chunks with the
+    heaviest W taking the most. No order is built."""
+    w = np.asarray(w, dtype=float)
+    cap = HELD_CAP[kind](p)
+    per_chunk = np.minimum(np.minimum(m, m_cap(kind, p)), cap)[:, None, None]       # (rows, 1, 1)
+    heavy_first = -np.sort(-w, axis=2)
+    j = np.arange(w.shape[2])[None, None, :]
+    counts = np.clip(cap - j * per_chunk, 0.0, per_chunk)
+    return (heavy_first * counts).sum(axis=2)
+
+
 def _trailing_w_s(kind: ScheduleKind, p: int, m: np.ndarray, v: int, f, b, w) -> np.ndarray:
-    """(rows, p) seconds of the W passes each stage runs after its last B or BW, in the order
-    the flush's makespan is swept on (``m`` capped at ``m_cap``; ZB-H2 / ZB-V: the most over the
-    orders built for the row's candidate pass-time ratios, ``makespan.candidate_orders``)."""
+    """(rows, p) seconds at least those of the W passes each stage runs after its last B or BW,
+    in the order the flush's makespan is swept on (``m`` capped at ``m_cap``): read off the order
+    where it does not depend on the pass times (ZB-H1, DualPipe), else ``held_cap_trailing_w_s``,
+    which holds for every order ``makespan.candidate_orders`` may sweep."""
+    if kind in HELD_CAP:
+        return held_cap_trailing_w_s(kind, p, m, w)
     rows = f.shape[0]
     m_order = np.minimum(m, m_cap(kind, p)).astype(np.int64)
-    span = int(round(16.0 / RATIO_STEP)) + 1
-    out = np.full((rows, p), -np.inf)
-    # the flush is the shortest over its candidate orders: the bound takes the order that trails
-    # the most W passes, so it stays below each of them
-    candidates = candidate_orders(kind, f, b, w)
-    for c in range(candidates.shape[1]):
-        ratios = candidates[:, c]
-        grid = np.rint(ratios[:, 1:] / RATIO_STEP).astype(np.int64)          # integers <= 16 / RATIO_STEP
-        key = (m_order * span + grid[:, 0]) * span + grid[:, 1]
-        uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        for g, i in enumerate(first):
-            sel = np.flatnonzero(inverse == g) if len(uniq) > 1 else slice(None)
-            counts = trailing_w_counts(kind, p, int(m_order[i]), v, tuple(float(x) for x in ratios[i]))
-            out[sel] = np.maximum(out[sel], (w[sel] * counts).sum(axis=2))
+    out = np.empty((rows, p))
+    for mv in np.unique(m_order):
+        sel = np.flatnonzero(m_order == mv)
+        out[sel] = (w[sel] * trailing_w_counts(kind, p, int(mv), v)).sum(axis=2)
     return out
