@@ -10,6 +10,7 @@ is a row with ``status`` and the one-line ``reason``; the plan's columns are the
 from __future__ import annotations
 
 from dataclasses import fields
+from enum import Enum
 from typing import Any, Mapping
 
 import numpy as np
@@ -162,29 +163,38 @@ def _score(where: list[dict], configs: list, model, cluster, eff) -> None:
     hbm = cluster.gpu.hbm_bytes
     # each output column read out of its array once (as Python floats / bools), not per row
     numbers = {k: np.asarray(out[k], dtype=float).tolist()
-               for k in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_bytes",
-                         "host_memory_bytes") + TIME_PARTS}
+               for k in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu") + TIME_PARTS}
     exact = np.asarray(out["pipeline_exact"], dtype=bool).tolist()
-    host_ok = np.asarray(out["host_fits"], dtype=bool).tolist()
-    mfu_col = mfu_column(cluster.gpu)
-    for i, (row, config) in enumerate(zip(where, configs)):
-        c = config.as_dict()
-        row.update({k: c[k] for k in _CONFIG_COLUMNS})
-        row["n_gpus"] = config.n_gpus
-        for k in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu") + TIME_PARTS:
-            row[k] = numbers[k][i]
-        row[mfu_col] = float(mfu_pct(numbers["mfu"][i], config.dtype, cluster.gpu))
-        memory = numbers["memory_bytes"][i]
-        row["memory_gib"], row["headroom_gib"] = memory / GIB, (hbm - memory) / GIB
-        row["host_memory_gib"] = numbers["host_memory_bytes"][i] / GIB
-        row["pipeline_exact"] = exact[i]
-        row["fits"] = bool(headroom.step_fits(memory, hbm, host_ok[i]))
-        if not row["fits"]:
-            row["status"] = "does not fit"
-            row["reason"] = (f"needs {memory / GIB:.1f} GiB of {hbm / GIB:.0f} GiB HBM with "
-                             f"{headroom.headroom_gib(hbm):.1f} GiB kept free") if not headroom.fits(memory, hbm) \
-                else (f"offload needs {row['host_memory_gib']:.1f} GiB of host memory per GPU, more than "
-                      "the node's host memory holds for the job's GPUs")
+    memory = np.asarray(out["memory_bytes"], dtype=float)
+    fits = np.asarray(headroom.step_fits(memory, hbm, np.asarray(out["host_fits"], dtype=bool)), dtype=bool)
+    hbm_fits = np.asarray(headroom.fits(memory, hbm), dtype=bool)
+    host_gib = (np.asarray(out["host_memory_bytes"], dtype=float) / GIB).tolist()
+    # the columns, each computed over the whole batch (the dtype is the batch's: ConfigBatch holds one)
+    columns = {k: [_plain(getattr(c, k)) for c in configs] for k in _CONFIG_COLUMNS}
+    columns["n_gpus"] = [c.n_gpus for c in configs]
+    columns.update({k: numbers[k] for k in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu") + TIME_PARTS})
+    columns[mfu_column(cluster.gpu)] = np.asarray(mfu_pct(np.asarray(out["mfu"], dtype=float), configs[0].dtype,
+                                                          cluster.gpu), dtype=float).tolist()
+    columns["memory_gib"] = (memory / GIB).tolist()
+    columns["headroom_gib"] = ((hbm - memory) / GIB).tolist()
+    columns["host_memory_gib"] = host_gib
+    columns["pipeline_exact"] = exact
+    columns["fits"] = fits.tolist()
+    names = tuple(columns)
+    for row, values in zip(where, zip(*columns.values())):
+        row.update(zip(names, values))
+    kept_gib = headroom.headroom_gib(hbm)
+    for i in np.flatnonzero(~fits).tolist():     # the reasons of the rows that do not fit
+        where[i]["status"] = "does not fit"
+        where[i]["reason"] = (f"needs {memory[i] / GIB:.1f} GiB of {hbm / GIB:.0f} GiB HBM with "
+                              f"{kept_gib:.1f} GiB kept free") if not hbm_fits[i] \
+            else (f"offload needs {host_gib[i]:.1f} GiB of host memory per GPU, more than "
+                  "the node's host memory holds for the job's GPUs")
+
+
+def _plain(value):
+    """A configuration field as ``ParallelConfig.as_dict`` gives it (an enum as its value)."""
+    return value.value if isinstance(value, Enum) else value
 
 
 def _best(row: dict, point: Mapping, model, cluster, spec_config: Mapping, dtypes) -> None:
