@@ -100,6 +100,11 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster, eff
     software: dict[tuple, dict] = {}
     stacks: dict[str, object] = {}
     configs, where, placements = [], [], []
+    # the placement and its check read the cluster (one per group), the GPUs and these fields of the
+    # configuration only (``placed_and_checked``: ``placed_cluster(cluster, n_gpus)``, then
+    # ``check_cluster``'s group tiling of tp, cp, dp, ep, etp, zero_shard_group and whether it
+    # offloads): points alike in them share one verdict, the placed cluster or the error
+    placed_by: dict[tuple, object] = {}
     for row, point in zip(rows, points):
         dtype = _dtype(point["dtype"], cluster)
         row["dtype"] = dtype
@@ -142,10 +147,20 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster, eff
             cluster.gpu.peak_flops(dtype)
             config = ParallelConfig(global_batch=gbs, dtype=dtype, **fields)
             check_config(model, config, point["gpus"])
-            # the job in its Slurm segments on multi-rack NVL72, with simulate's group tiling check
-            placed = placed_and_checked(cluster, config)
         except (InputError, TypeError, ValueError) as exc:
             row.update(status="invalid", reason=sweep_reason(exc))
+            continue
+        where_key = (config.n_gpus, config.tp, config.cp, config.dp, config.ep, config.etp, config.zero_shard_group,
+                     bool(config.offload_activation_layers), bool(config.offload_optimizer_fraction))
+        if where_key not in placed_by:
+            try:
+                # the job in its Slurm segments on multi-rack NVL72, with simulate's group tiling check
+                placed_by[where_key] = placed_and_checked(cluster, config)
+            except (InputError, TypeError, ValueError) as exc:
+                placed_by[where_key] = exc
+        placed = placed_by[where_key]
+        if isinstance(placed, Exception):
+            row.update(status="invalid", reason=sweep_reason(placed))
             continue
         configs.append(config)
         where.append(row)
