@@ -48,16 +48,23 @@ def placed_cluster(cluster, n_gpus: int):
     return replace(cluster, gpus_per_node=per_domain, host=segment_host(cluster.host, per_domain, cluster.gpus_per_node))
 
 
+#: chips of the cube multi-host TPU v4 slices are built of (4 x 4 x 4; Jouppi et al. 2023, "TPU v4",
+#: arXiv 2304.01433 section 2: 64-chip blocks joined by optical circuit switches)
+TPU_CUBE_CHIPS = 64
+
+
 def tpu_slice_chips(n_chips: int, pod_chips: int) -> int:
     """Chips of each ICI slice a TPU job of ``n_chips`` runs in: a job larger than one pod runs as
     ``k = ceil(n / pod)`` equal slices joined over the data-centre network (PaLM 540B: 6144 TPU v4
     chips as two pods of 3072, Chowdhery et al. 2022, arXiv 2204.02311 section 4), so its ICI
-    domain is ``n / k`` chips; a job that fits one pod, or does not split evenly, keeps the pod."""
+    domain is ``n / k`` chips; a job that fits one pod, or does not split into equal slices of whole
+    ``TPU_CUBE_CHIPS`` cubes, keeps the pod."""
     n, pod = int(n_chips), int(pod_chips)
     if n <= pod:
         return pod
     k = -(-n // pod)
-    return n // k if n % k == 0 else pod
+    # multi-host slices are whole 4 x 4 x 4 cubes of 64 chips (TPU v4's building block)
+    return n // k if n % k == 0 and (n // k) % TPU_CUBE_CHIPS == 0 else pod
 
 
 def segment_host(host, kept_gpus: int, domain_gpus: int):

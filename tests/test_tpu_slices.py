@@ -46,3 +46,11 @@ def test_validation_skips_a_layout_simulate_refuses():
     row["gpus_per_node"] = "3"
     with pytest.raises(Skip, match="layout does not fit the cluster: tp: tp 8 does not tile"):
         row_inputs(row)
+
+
+def test_a_slice_is_whole_64_chip_cubes_or_the_pod_stays():
+    """Multi-host TPU v4 slices are built of 4 x 4 x 4 cubes: 4,160 chips split in two would be
+    slices of 2,080 (32.5 cubes), which TPU v4 cannot allocate, so the pod stays (and the layout
+    is judged on it); 6,144 in two slices of 3,072 (48 cubes) is PaLM's."""
+    assert tpu_slice_chips(4160, 4096) == 4096
+    assert tpu_slice_chips(6144, 4096) == 3072 and 3072 % 64 == 0
