@@ -195,7 +195,9 @@ def _throughput_bisection(lo, width, steps, capacity, queue, cap, before_wait, s
     flat = lambda v: v if np.ndim(v) == 0 else np.broadcast_to(v, rows).ravel()      # noqa: E731
     # x (before_wait + max(min(wq, cap), sync) + t_kv + decode): the constant parts summed once
     after = before_wait + t_kv + decode_s
-    columns = tuple(flat(_f(v)) for v in (capacity, exponent, c, service_s, cap, sync, after))
+    # p_wait / idle x 0.5 x service = p_wait / idle x (0.5 x service) bit for bit: a power of two
+    # scales exactly (no subnormal service times), so the half is folded into the column once
+    columns = tuple(flat(_f(v)) for v in (capacity, exponent, c, _f(service_s) * _MDC_SCV, cap, sync, after))
     scratch = {}
 
     def in_flight_at(mid, wait, cols):
@@ -203,15 +205,15 @@ def _throughput_bisection(lo, width, steps, capacity, queue, cap, before_wait, s
         rho = scratch.get("rho")
         rho = scratch["rho"] = np.empty(np.shape(mid)) if rho is None or len(rho) < len(mid) else rho
         rho = rho[:len(mid)]
-        # _mdc_mean_wait_at(mid / capacity): rho clipped, p_wait = rho ** exponent, idle = c (1 - rho)
+        # _mdc_mean_wait_at(mid / capacity): rho clipped, p_wait = rho ** exponent, idle = c (1 - rho);
+        # the clip's floor at 0 left out: mid >= 0 (lo >= 0 plus a half-width >= 0) over a capacity
+        # > 0 (servers >= 1 times a positive rate) is never below it, and NaN passes either way
         np.divide(mid, capa, out=rho)
-        np.maximum(rho, 0.0, out=rho)
         np.minimum(rho, 0.999999, out=rho)
         np.power(rho, expo, out=wait)
         np.subtract(1.0, rho, out=rho)
         np.multiply(servers, rho, out=rho)
         np.divide(wait, rho, out=wait)
-        np.multiply(wait, _MDC_SCV, out=wait)
         np.multiply(wait, svc, out=wait)
         # TTFT: before_wait + max(min(wq, cap), sync) + t_kv; in flight: x (TTFT + decode)
         np.minimum(wait, lim, out=wait)
@@ -219,8 +221,59 @@ def _throughput_bisection(lo, width, steps, capacity, queue, cap, before_wait, s
         np.add(wait, rest, out=wait)
         np.multiply(mid, wait, out=wait)
 
-    x = bisect_rate_rows(flat(_f(lo)), flat(_f(width)), flat(steps), flat(_f(n_clients)), columns, in_flight_at)
+    lo, width, steps, need = flat(_f(lo)), flat(_f(width)), flat(steps), flat(_f(n_clients))
+    size = int(np.prod(rows))
+    flat_wait = _flat_wait_rows(lo, width, columns, size)
+    if flat_wait.size == 0:
+        x = bisect_rate_rows(lo, width, steps, need, columns, in_flight_at)
+        return x.reshape(rows)
+    # rows whose wait is their synchronised one at every rate of the bracket: the in-flight count
+    # x (sync + after), the same numbers as ``in_flight_at`` gives them, for an add's price
+    capa, expo, servers, svc, lim, syn, rest = columns
+    pick = lambda v, at: v if np.ndim(v) == 0 else np.broadcast_to(v, (size,))[at]      # noqa: E731
+
+    def in_flight_flat(mid, out, cols):
+        np.multiply(mid, cols[0], out=out)
+
+    x = np.empty(size)
+    other = np.ones(size, dtype=bool)
+    other[flat_wait] = False
+    other = np.flatnonzero(other)
+    per_rate = np.add(pick(syn, flat_wait), pick(rest, flat_wait))
+    x[flat_wait] = bisect_rate_rows(pick(lo, flat_wait), pick(width, flat_wait), pick(steps, flat_wait),
+                                    pick(need, flat_wait), (per_rate,), in_flight_flat)
+    if other.size:
+        x[other] = bisect_rate_rows(pick(lo, other), pick(width, other), pick(steps, other), pick(need, other),
+                                    tuple(pick(v, other) for v in columns), in_flight_at)
     return x.reshape(rows)
+
+
+#: relative room left between the mean M/D/c wait at a bracket's top and the synchronised wait
+#: for ``_flat_wait_rows`` (the computed wait's rounding is a few units in the last place)
+_FLAT_WAIT_ROOM = 1e-9
+
+
+def _flat_wait_rows(lo, width, columns, size):
+    """The flat rows (of ``size``) of ``_throughput_bisection`` whose computed wait
+    max(min(wq(x), cap), sync) is ``sync`` itself, bit for bit, at every rate x of the bracket
+    [lo, lo + width]: the synchronised wait at least ``cap`` (then min(wq, cap) <= cap <= sync),
+    or the mean M/D/c wait at the bracket's top below it with room to spare (wq rises with x: the
+    bracket's rates are at most its top, and their computed waits within rounding of the exact
+    ones). Only rows whose wait is a finite number at every rate qualify: capacity, exponent,
+    servers and service finite and positive (as ``in_flight_at`` computes it, NaN stays NaN)."""
+    capa, expo, servers, svc, lim, syn, _ = (np.broadcast_to(v, (size,)) for v in columns)
+    top = lo + width
+    with np.errstate(all="ignore"):
+        rho = np.minimum(top / capa, 0.999999)
+        wq = rho ** expo / (servers * (1.0 - rho)) * svc
+        finite = (np.isfinite(capa) & (capa > 0.0) & np.isfinite(expo) & (expo >= 0.0) & np.isfinite(servers)
+                  & (servers > 0.0) & np.isfinite(svc) & (svc >= 0.0) & np.isfinite(lo) & (lo >= 0.0)
+                  & np.isfinite(width) & (width >= 0.0))
+        # (a NaN cap would turn min(wq, cap) into NaN: only a number qualifies; a synchronised wait
+        # far above the smallest normal numbers, where rounding is relative)
+        below = ~np.isnan(lim) & (syn >= 1e-300) & np.isfinite(wq) & (wq * (1.0 + _FLAT_WAIT_ROOM) < syn)
+        flat_wait = finite & ((syn >= lim) | below)
+    return np.flatnonzero(flat_wait)
 
 
 def _warm_bracket(x0, n_clients, hi, capacity, queue, cap, before_wait, sync, t_kv, decode_s):
