@@ -67,17 +67,23 @@ def expected_busiest_gpu_experts(num_experts, top_k, tokens, ep):
     ep_ = np.maximum(np.asarray(ep, dtype=float), 1.0)
     e, k, t, ep_ = np.broadcast_arrays(e, np.asarray(top_k, dtype=float),
                                        np.maximum(np.asarray(tokens, dtype=float), 0.0), ep_)
-    mean = expected_distinct_experts(e, k, t) / ep_
+    # (1 - k/E)^T once: ``expected_distinct_experts``'s E (1 - miss^T) and the hit probability
+    # 1 - miss^T share it (the same operations, the same numbers)
+    none_hit = np.clip(1.0 - k / e, 0.0, 1.0) ** t
+    mean = e * (1.0 - none_hit) / ep_
     m = np.maximum(np.rint(e / ep_), 1.0)
     split = ep_ > 1.0
     if not np.any(split):
         return mean
-    p = np.clip(1.0 - np.clip(1.0 - k / e, 0.0, 1.0) ** t, 0.0, 1.0)
+    p = np.clip(1.0 - none_hit, 0.0, 1.0)
     out = np.array(mean, dtype=float)
     mi, epi = m.astype(np.int64), np.rint(ep_).astype(np.int64)
-    for mm, ee in set(zip(mi[split].ravel().tolist(), epi[split].ravel().tolist())):
-        rows = split & (mi == mm) & (epi == ee)
-        grid, table = _busiest_table(mm, ee)
+    # one table per (experts a GPU, ep) pair: the pairs as one integer key (no Python tuple a row)
+    base = int(epi.max()) + 1
+    key = mi * base + epi
+    for kk in np.unique(key[split]).tolist():
+        rows = split & (key == kk)
+        grid, table = _busiest_table(kk // base, kk % base)
         out[rows] = np.interp(p[rows], grid, table)
     floor = np.maximum(mean, np.where(t >= 1.0, np.minimum(np.ceil(k / ep_), m), 0.0))
     return np.where(split, np.maximum(out, floor), out)

@@ -97,3 +97,18 @@ def test_the_busiest_gpu_is_never_below_the_mean_or_one_tokens_pigeonhole():
     t = np.array([0.5, 1.0, 2.0, 8.0, 64.0])
     busiest = expected_busiest_gpu_experts(64, 4, t, 8)
     assert np.all(busiest >= expected_distinct_experts(64, 4, t) / 8 - 1e-12)
+
+
+def test_rows_of_several_splits_together_give_each_rows_own_count():
+    # one call over rows of 4 (experts a GPU, ep) pairs and ep 1 (the step's rows are layouts of
+    # every split at once): each row the number it gives alone, and the hand sums above
+    e = np.array([256, 256, 128, 384, 128, 256, 256, 256], dtype=float)
+    t = np.array([4.0, 16.0, 16.0, 3.0, 64.0, 5.0, 1.0, 0.0])
+    ep = np.array([8, 8, 8, 16, 4, 1, 8, 8], dtype=float)
+    got = expected_busiest_gpu_experts(e, 8.0, t, ep)
+    alone = [float(expected_busiest_gpu_experts(e[i], 8.0, t[i], ep[i])) for i in range(e.size)]
+    assert got.tolist() == alone
+    for i in range(5):
+        assert got[i] == pytest.approx(_busiest_by_hand(int(e[i]), 8, int(t[i]), int(ep[i])), rel=1e-5)
+    assert got[5] == pytest.approx(256 * (1 - (1 - 8 / 256) ** 5))
+    assert got[6] == pytest.approx(2.544, abs=0.002) and got[7] == 0.0
