@@ -38,7 +38,7 @@ from planners.serving.labels import prompts_per_step, worker_labels
 from planners.serving.pareto import pareto_front
 from planners.serving.space import with_batches, worker_layouts
 from simulator.serving.aggregated import evaluate_agg, memory_columns, synchronised_wait_s
-from simulator.serving.disaggregated import combine, decode_side, mdc_wait_s, prefill_side
+from simulator.serving.disaggregated import combine, decode_side, mdc_mean_wait_s, prefill_side
 from simulator.serving.deployment import MAX_BATCH, MAX_REQUEST_TOKENS
 
 PREFILL_BATCHES = (1, 2, 4, 8)
@@ -409,12 +409,12 @@ def _picks(largest, best, tried, pos, pi, npw, ndw):
 
 
 def _utilisation_within(slack_s, servers, service_s) -> np.ndarray:
-    """The highest prefill utilisation whose M/D/c wait (``mdc_wait_s``, increasing in it) is at
+    """The highest prefill utilisation whose M/D/c mean wait (``mdc_mean_wait_s``, increasing in it) is at
     most ``slack_s``: bisection, rounded up (so a bound that uses it stays one)."""
     lo, hi = np.zeros(np.shape(slack_s)), np.ones(np.shape(slack_s))
     for _ in range(40):
         mid = 0.5 * (lo + hi)
-        within = mdc_wait_s(mid, servers, service_s)[0] <= slack_s
+        within = mdc_mean_wait_s(mid, servers, service_s) <= slack_s     # the mean alone: no p90 to take
         lo, hi = np.where(within, mid, lo), np.where(within, hi, mid)
     return hi
 
