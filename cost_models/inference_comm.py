@@ -55,25 +55,58 @@ def allreduce_time_s(bytes_, group, cluster: ClusterSpec, eff: ServingEfficiency
     n = _f(group)
     s = _f(bytes_)
     per_node = float(cluster.gpus_per_node)
+    if np.ndim(n) == 0 or n.size < _SPLIT_ROWS:
+        return np.where(n > 1, np.where(n <= per_node, _allreduce_inside(s, n, cluster, eff, custom, oneshot, stated),
+                                        _allreduce_across(s, n, cluster, eff)), 0.0)
+    # each row priced by the one formula it takes (every operation is per row: the same numbers
+    # as pricing every row both ways and picking), 0 for a group of one
+    shape = np.broadcast_shapes(n.shape, s.shape, *(np.shape(v) for v in (oneshot, stated) if v is not None))
+    rows = lambda v: np.broadcast_to(v, shape).ravel()       # noqa: E731
+    nr = rows(n)
+    out = np.zeros(shape)
+    flat = out.reshape(-1)
+    inside = np.flatnonzero((nr > 1) & (nr <= per_node))
+    across = np.flatnonzero((nr > 1) & ~(nr <= per_node))
+    at = lambda v, idx: None if v is None else rows(v)[idx]      # noqa: E731
+    if inside.size:
+        flat[inside] = _allreduce_inside(at(s, inside), nr[inside], cluster, eff, custom, at(oneshot, inside),
+                                         at(stated, inside))
+    if across.size:
+        flat[across] = _allreduce_across(at(s, across), nr[across], cluster, eff)
+    return out
+
+
+#: rows from which ``allreduce_time_s`` prices each row by its own formula alone (below it the
+#: gathers cost more than pricing every row both ways)
+_SPLIT_ROWS = 64
+
+
+def _allreduce_inside(s, n, cluster: ClusterSpec, eff: ServingEfficiency, custom, oneshot, stated):
+    """``allreduce_time_s`` of a group inside one NVLink domain (n <= its GPUs), seconds."""
+    bw_i, lat_i, _, _ = link_rates(cluster, eff, np.minimum(n, float(cluster.gpus_per_node)))
+    if not custom:
+        return coll.ring_allreduce_time_s(s, n, bw_i, lat_i)
+    one_shot = lat_i + (n - 1.0) * s / bw_i
+    two_shot = 2.0 * lat_i + 2.0 * (n - 1.0) / np.maximum(n, 1.0) * s / bw_i
+    t_in = np.minimum(one_shot, two_shot)
+    if oneshot is not None:
+        engine = np.where(oneshot, one_shot, two_shot)
+        t_in = engine if stated is None else np.where(stated, engine, t_in)
+    return t_in
+
+
+def _allreduce_across(s, n, cluster: ClusterSpec, eff: ServingEfficiency):
+    """``allreduce_time_s`` of a group spanning NVLink domains: reduce-scatter inside each, the
+    shard across them (NCCL's faster of ring and tree), all-gather inside, seconds."""
+    per_node = float(cluster.gpus_per_node)
     bw_i, lat_i, bw_o, lat_o = link_rates(cluster, eff, np.minimum(n, per_node))
-    inside = n <= per_node
-    if custom:
-        one_shot = lat_i + (n - 1.0) * s / bw_i
-        two_shot = 2.0 * lat_i + 2.0 * (n - 1.0) / np.maximum(n, 1.0) * s / bw_i
-        t_in = np.minimum(one_shot, two_shot)
-        if oneshot is not None:
-            engine = np.where(oneshot, one_shot, two_shot)
-            t_in = engine if stated is None else np.where(stated, engine, t_in)
-    else:
-        t_in = coll.ring_allreduce_time_s(s, n, bw_i, lat_i)
     n_intra = np.minimum(n, per_node)
     n_inter = np.ceil(n / np.maximum(n_intra, 1.0))
     shard = s / np.maximum(n_intra, 1.0)
     intra = 2.0 * coll.reduce_scatter_time_s(s, n_intra, bw_i, lat_i)
     across = np.minimum(coll.ring_allreduce_time_s(shard, n_inter, bw_o, lat_o),
                         coll.tree_allreduce_time_s(shard, n_inter, bw_o, lat_o))
-    t_out = intra + across
-    return np.where(n > 1, np.where(inside, t_in, t_out), 0.0)
+    return intra + across
 
 
 def all_to_all_time_s(bytes_, group, cluster: ClusterSpec, eff: ServingEfficiency):
