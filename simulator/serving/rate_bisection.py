@@ -24,14 +24,23 @@ def bisect_rate(lo, hi, clients, shape: tuple, in_flight_at: Callable[[np.ndarra
     lo, hi = np.array(np.broadcast_to(lo, shape), dtype=float), np.array(np.broadcast_to(hi, shape), dtype=float)
     mid, in_flight = np.empty(shape), np.empty(shape)
     too_fast = np.empty(shape, dtype=bool)
+    # hi = mid where too fast, lo = mid elsewhere, as a select on the bits (x ^ ((x ^ mid) & mask),
+    # mask all ones or zeros): the same numbers as masked copies (np.copyto(where=)), which cost
+    # several times the arithmetic over rows in random order
+    lo_bits, hi_bits, mid_bits = lo.view(np.int64), hi.view(np.int64), mid.view(np.int64)
+    mask, diff = np.empty(shape, dtype=np.int64), np.empty(shape, dtype=np.int64)
     for _ in range(BISECTION_STEPS):
         np.add(lo, hi, out=mid)
         np.multiply(0.5, mid, out=mid)
         in_flight_at(mid, in_flight)
         np.greater(in_flight, clients, out=too_fast)
-        np.copyto(hi, mid, where=too_fast)
-        np.logical_not(too_fast, out=too_fast)
-        np.copyto(lo, mid, where=too_fast)
+        np.subtract(0, too_fast, out=mask, dtype=np.int64)            # -1 (all ones) where too fast
+        np.bitwise_xor(hi_bits, mid_bits, out=diff)
+        np.bitwise_and(diff, mask, out=diff)
+        np.bitwise_xor(hi_bits, diff, out=hi_bits)
+        np.bitwise_xor(lo_bits, mid_bits, out=diff)
+        np.bitwise_and(diff, mask, out=diff)
+        np.bitwise_xor(mid_bits, diff, out=lo_bits)                   # lo where too fast, else mid
     return 0.5 * (lo + hi)
 
 
