@@ -230,11 +230,13 @@ def dynamic_parts(ctx, sidx, fc: StageCells, split) -> dict:
     if fc.held_first is not None and (fc.chunks > 1).any():
         held, host = _unequal_chunks(fc, split, a, held, host)
     return {
-        # (plus the context-parallel exchange buffers of the computing layer, ``stage_context``)
-        "activations_bytes": held
-        + np.where(fc.stage["stage_dense"] + fc.stage["stage_moe"] > 0, a.get("cp_gather", 0.0), 0.0),
+        "activations_bytes": held,
+        # the transients of the layer computing: a recomputed layer's full activations and the
+        # context-parallel exchange buffers (``stage_context``), which coexist in its backward and,
+        # like it, never with the loss's logits (``memory_search.recompute_beyond_loss``)
         "recompute_buffers_bytes": _recompute_buffer(fc, split, a, ctx.per_row["rc_group"][sidx],
-                                                     (per_stage["rc_dense"] + per_stage["rc_moe"] + offd + offm) > 0),
+                                                     (per_stage["rc_dense"] + per_stage["rc_moe"] + offd + offm) > 0)
+        + np.where(fc.stage["stage_dense"] + fc.stage["stage_moe"] > 0, a.get("cp_gather", 0.0), 0.0),
         "offload_buffers_bytes": offload.OFFLOAD_STAGING_LAYERS * np.maximum(
             np.where(offd > 0, a["kept_dense"], 0.0), np.where(offm > 0, a["kept_moe"], 0.0)),
         # in host memory each offloaded tensor is a pinned copy, rounded up (``memory.pinned_bytes``)

@@ -66,9 +66,11 @@ def test_the_old_stacks_say_what_their_releases_lack_and_current_ones_lack_nothi
         assert "zero2_with_pipeline" in lacks and "interleaved_schedule" in lacks and "zero3" not in lacks
     # Megatron-Core runs everything but MoE layers at tp > 1 without sequence parallelism, and
     # ZeRO-2/3 (an FSDP: torch FSDP2, Megatron-FSDP; NeMo 1.x's FSDP strategy) only at pp 1
-    for name in ("megatron-core", "megatron-core-0.12", "megatron-bridge", "megatron-bridge-25.09", "nemo-24",
-                 "nemo-24.09"):
+    for name in ("megatron-core", "megatron-core-0.12", "megatron-bridge", "megatron-bridge-25.09"):
         assert load_stack(name).training.lacks == ("zero2_with_pipeline", "moe_tp_without_sp"), name
+    # NeMo 24.07 / 24.09 run Megatron-Core 0.8 / 0.9, before its hybrid CPU optimizer (core_v0.12)
+    for name in ("nemo-24", "nemo-24.09"):
+        assert load_stack(name).training.lacks == ("zero2_with_pipeline", "optimizer_offload", "moe_tp_without_sp")
     assert load_stack("pytorch-ddp").training.lacks == ()
     # FSDP shards the parameters too (or nothing): no ZeRO-1; llm-foundry's MPT runs no context
     # parallelism either (its stack file, unverified in Composer)
