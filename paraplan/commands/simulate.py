@@ -83,7 +83,7 @@ MEMORY_MEANING = {
     "optimizer_bytes": "fp32 master weights, Adam m and v (less what is offloaded)",
     "activations_bytes": "stored activations of in-flight micro-batches",
     "logits_bytes": "logits kept for the loss (and each MTP head)",
-    "recompute_buffers_bytes": "the recomputed layer's full activations beyond the logits freed before it",
+    "recompute_buffers_bytes": "the computing layer's recompute and CP buffers beyond the freed logits",
     "offload_buffers_bytes": "staging of activation copies to and from the host",
     "moe_dispatch_bytes": "one MoE layer's token exchange buffers",
     "zero3_buffers_bytes": "ZeRO-3 gathered layers or LM head; ZeRO-2/3 their unsharded gradient",
