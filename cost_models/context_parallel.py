@@ -412,13 +412,12 @@ def cp_transient_bytes(model: ModelSpec, kind, tokens_local, cp, tp, gpus_per_no
     return np.where(cp > 1, out, 0.0)
 
 
-def cp_buffer_bytes(ring_step_bytes, ulysses_bytes=0.0):
-    """Transient bytes CP adds on one GPU at its peak (one layer at a time, not per layer).
-
-    Ring: backward double-buffers K/V and dK/dV (receive the next block while computing the
-    current one): ``4 * ring_step_bytes``; forward needs only the K/V pair (2x). The received
-    blocks are not kept for backward (it re-circulates them), so CP adds no per-layer stored
-    activations beyond ``memory.activation_bytes_per_layer`` at seq/cp. Ulysses: the
-    all-to-all output buffers, the size of the inputs (``ulysses_bytes``).
+def cp_buffer_bytes(ring_step_bytes):
+    """Transient bytes a ring adds on one GPU at its peak (one layer at a time, not per layer):
+    backward double-buffers K/V and dK/dV (receive the next block while computing the current
+    one), ``4 * ring_step_bytes``; forward needs only the K/V pair (2x). The received blocks are
+    not kept for backward (it re-circulates them), so the ring adds no per-layer stored
+    activations beyond ``memory.activation_bytes_per_layer`` at seq/cp. Every flavour's:
+    ``cp_transient_bytes``.
     """
-    return 4.0 * _f(ring_step_bytes) + _f(ulysses_bytes)
+    return 4.0 * _f(ring_step_bytes)

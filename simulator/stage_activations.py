@@ -147,8 +147,8 @@ def distinct_dynamic_rows(batch, act: dict, rc_group):
                                               "recompute_method", "offload_activation_layers")]
     cols += [col(m), col(rc_group)] + [col(act[k]) for k in ("kept_dense", "kept_moe", "input", "full_dense",
                                                                "full_moe")]
-    if "cp_gather" in act and np.any(np.asarray(act["cp_gather"]) > 0):
-        cols.append(col(act["cp_gather"]))
+    if "cp_buffers" in act and np.any(np.asarray(act["cp_buffers"]) > 0):
+        cols.append(col(act["cp_buffers"]))
     layouts = _layouts(batch, np.arange(n))
     if layouts is not None:
         cols.append(np.asarray(layouts, dtype=object).astype(str))
@@ -236,7 +236,7 @@ def dynamic_parts(ctx, sidx, fc: StageCells, split) -> dict:
         # like it, never with the loss's logits (``memory_search.recompute_beyond_loss``)
         "recompute_buffers_bytes": _recompute_buffer(fc, split, a, ctx.per_row["rc_group"][sidx],
                                                      (per_stage["rc_dense"] + per_stage["rc_moe"] + offd + offm) > 0)
-        + np.where(fc.stage["stage_dense"] + fc.stage["stage_moe"] > 0, a.get("cp_gather", 0.0), 0.0),
+        + np.where(fc.stage["stage_dense"] + fc.stage["stage_moe"] > 0, a.get("cp_buffers", 0.0), 0.0),
         "offload_buffers_bytes": offload.OFFLOAD_STAGING_LAYERS * np.maximum(
             np.where(offd > 0, a["kept_dense"], 0.0), np.where(offm > 0, a["kept_moe"], 0.0)),
         # in host memory each offloaded tensor is a pinned copy, rounded up (``memory.pinned_bytes``)

@@ -53,25 +53,26 @@ def stage_context(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, 
     act = once_per_run(batch, layer_key_fields, fn, *args) if once_per_run else fn(*args)
     act = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in act.items()}
     # context parallelism's exchange buffers of the computing layer (ring steps' K/V and dK/dV,
-    # Ulysses' all-to-all outputs, all-gather's gathered K/V and dK/dV): a transient, in
-    # ``activations_bytes`` (``context_parallel.cp_transient_bytes``); where all-gather CP saves
-    # the gathered K/V for backward they are an activation of every layer not recomputed in full
-    # (``kept_*``, ``host_*``) and the transient is the dK/dV alone
+    # Ulysses' all-to-all outputs, all-gather's gathered K/V and dK/dV): a transient of the layer
+    # computing, beside its recompute buffer (``context_parallel.cp_transient_bytes``;
+    # ``stage_activations``); where all-gather CP saves the gathered K/V for backward they are an
+    # activation of every layer not recomputed in full (``kept_*``, ``host_*``) and the transient
+    # is the dK/dV alone
     gather = np.zeros(n)
     if np.any(cp > 1):
         tokens_local = mbs * float(model.seq_len) / cp
         saves = np.broadcast_to(np.asarray(batch.cp_allgather_saves_kv, dtype=bool), (n,))
         gather = context_parallel.cp_transient_bytes(model, np.asarray(batch.cp_kind), tokens_local, cp, tp,
                                                      cluster.gpus_per_node, saves) + gather
-    gathers = (np.asarray(batch.cp_kind) == CP_KIND_CODES[CPKind.ALLGATHER]) & (cp > 1)
-    if np.any(gathers):
-        step = context_parallel.ring_attention_step_bytes(model, mbs * float(model.seq_len) / cp, tp)
-        kept = np.where(gathers, context_parallel.allgather_saved_kv_bytes(step, cp, saves), 0.0)
-        if np.any(kept > 0):
-            # (``full_*``: a layer recomputed in full gathers them again and its attention keeps them)
-            for k in ("kept_dense", "kept_moe", "host_dense", "host_moe", "full_dense", "full_moe"):
-                act[k] = act[k] + kept
-    act["cp_gather"] = gather
+        gathers = (np.asarray(batch.cp_kind) == CP_KIND_CODES[CPKind.ALLGATHER]) & (cp > 1)
+        if np.any(gathers):
+            step = context_parallel.ring_attention_step_bytes(model, tokens_local, tp)
+            kept = np.where(gathers, context_parallel.allgather_saved_kv_bytes(step, cp, saves), 0.0)
+            if np.any(kept > 0):
+                # (``full_*``: a layer recomputed in full gathers them again and its attention keeps them)
+                for k in ("kept_dense", "kept_moe", "host_dense", "host_moe", "full_dense", "full_moe"):
+                    act[k] = act[k] + kept
+    act["cp_buffers"] = gather
     per_row = {k: v for k, v in terms.items() if k not in ("edp", "low_precision", "full_precision", "copy_bytes")}
     return StageContext(model, terms["low_precision"], terms["full_precision"], terms["copy_bytes"], per_row, act,
                         terms["edp"], memory.runtime_reserved_bytes(cluster.gpu))
