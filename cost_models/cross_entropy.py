@@ -188,6 +188,17 @@ def losses_held(gpipe, microbatches):
     return np.where(np.asarray(gpipe, dtype=bool), np.maximum(np.asarray(microbatches, dtype=float), 1.0), 1.0)
 
 
+def loss_freed_bytes(logits_per_micro_batch, impl, act_bytes, dualpipe):
+    """Bytes of the head stage's loss (one micro-batch's logits at the loss's peak,
+    ``loss_peak_bytes_per_logit`` x ``logits_per_micro_batch``) freed before any layer of that
+    stage recomputes, so never in memory with its recompute buffer (the stage's peak holds the
+    larger of the two): 0 under DualPipe(V) (``dualpipe``), whose head rank runs the other
+    direction's backward while a loss is open. The step model (``memory_rows.loss_freed_bytes``)
+    and the pooled composer (``heterogeneous.compose``) both count by it."""
+    freed = np.asarray(logits_per_micro_batch, dtype=float) * loss_peak_bytes_per_logit(impl, act_bytes)
+    return np.where(np.asarray(dualpipe, dtype=bool), 0.0, freed)
+
+
 def held_loss_bytes_per_logit(impl, act_bytes=2.0, held=1.0, chunked=False):
     """Bytes per logit (of one micro-batch) the head stage holds at its loss's peak when ``held``
     micro-batches' losses have run their forward and not yet their backward (GPipe's last stage:

@@ -12,7 +12,7 @@ import numpy as np
 
 from cost_models import cross_entropy, memory, moe as moe_costs, params, sharding
 from cost_models.compute import LOW_PRECISION, compute_rates
-from cost_models.cross_entropy import held_loss_bytes_per_logit, loss_peak_bytes_per_logit
+from cost_models.cross_entropy import held_loss_bytes_per_logit
 from cost_models.low_precision import weight_copy_bytes_per_param
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -89,8 +89,8 @@ def loss_freed_bytes(batch: ConfigBatch, logits_per_micro_batch, act_bytes) -> n
     other held losses (``losses_held`` - 1 saved tensors) stay: they are not freed. DualPipe(V)
     runs the other direction's backward on the head's rank while a loss is open (its generated
     order pairs a chunk's forward with the other chunk's backward): 0 there, the sum."""
-    freed = logits_per_micro_batch * loss_peak_bytes_per_logit(batch.cross_entropy, act_bytes)
-    return np.where(np.asarray(batch.schedule) == _DUALPIPE, 0.0, freed)
+    return cross_entropy.loss_freed_bytes(logits_per_micro_batch, batch.cross_entropy, act_bytes,
+                                          np.asarray(batch.schedule) == _DUALPIPE)
 
 
 def layer_params(model: ModelSpec, tp, ep, etp):

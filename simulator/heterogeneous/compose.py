@@ -72,7 +72,7 @@ import numpy as np
 
 from cost_models import memory, params, pool_links
 from cost_models.compute import LOW_PRECISION, activation_bytes
-from cost_models.cross_entropy import held_loss_bytes_per_logit, loss_peak_bytes_per_logit, losses_held
+from cost_models.cross_entropy import held_loss_bytes_per_logit, loss_freed_bytes, losses_held
 from cost_models.low_precision import saved_gemm_input_bytes_per_element, weight_copy_bytes_per_param
 from cost_models.topology import (group_collective_time_s, p2p_stage_time_s, pipeline_exchange_transfers,
                                   pipeline_send_slicing)
@@ -84,6 +84,7 @@ from simulator.heterogeneous.group_makespan import group_lower_bounds_s, group_m
 from simulator.heterogeneous.plan import pool_dtype
 from simulator.heterogeneous.shares import speed_shares
 from simulator.heterogeneous.unit_costs import UnitCosts
+from simulator.memory_search import recompute_beyond_loss
 from simulator.parallel_config import ParallelConfig, Schedule
 from simulator.step_model import (_overlapped, end_pair_stride, grad_collective_s, pipeline_bubble_s,
                                   tied_embedding_all_reduce_s)
@@ -680,10 +681,9 @@ def stage_memory_parts(model: ModelSpec, settings: ParallelConfig, stage_params,
     # one micro-batch's loss is freed by the head's backward before a layer is recomputed: the
     # recompute buffer adds only what exceeds it (``memory_rows.loss_freed_bytes``; DualPipe
     # overlaps them, so adds it whole)
-    freed = 0.0 if settings.schedule == Schedule.DUALPIPE \
-        else per_micro_batch * loss_peak_bytes_per_logit(settings.cross_entropy, act_bytes)
+    freed = loss_freed_bytes(per_micro_batch, settings.cross_entropy, act_bytes, settings.schedule == Schedule.DUALPIPE)
     activations = layer_act * np.asarray(layers, dtype=float) * in_flight \
-        + np.maximum(np.where(np.asarray(layers) > 0, np.maximum(full_act - layer_act, 0.0), 0.0) - freed, 0.0)
+        + recompute_beyond_loss(np.where(np.asarray(layers) > 0, np.maximum(full_act - layer_act, 0.0), 0.0), freed)
     tensors = w_b + g_b + o_b + activations + logits
     allocator = memory.allocator_allowance_bytes(tensors, reserved_bytes)
     return {"weights_bytes": w_b, "gradients_bytes": g_b, "optimizer_bytes": o_b, "activations_bytes": activations,
