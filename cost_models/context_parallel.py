@@ -49,7 +49,8 @@ attention core needs every earlier token's keys and values. Three flavours:
 
 The CP group's members are ``tp`` ranks apart (rank order tp-cp-dp-pp). Activation memory of
 long sequences is ``memory.activation_bytes_per_layer`` with seq/cp; ``cp_transient_bytes`` gives
-the exchange buffers CP adds to the computing layer, by flavour (counted in a stage's activations). Every function takes numpy arrays or scalars.
+the exchange buffers CP adds to the computing layer, by flavour (a transient beside its recompute
+buffer, ``simulator.stage_activations``). Every function takes numpy arrays or scalars.
 """
 from __future__ import annotations
 

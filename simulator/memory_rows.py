@@ -84,8 +84,9 @@ def loss_freed_bytes(batch: ConfigBatch, logits_per_micro_batch, act_bytes) -> n
     starts with the loss's and the LM head's backward, which free the logits (and their fp32
     softmax), before it reaches the chunk's last layer, whose recomputation (Megatron-Core
     megatron/core/tensor_parallel/random.py ``CheckpointFunction.backward``, run when autograd
-    reaches the checkpointed block) comes after; and in every generated order but DualPipe's the head's stage runs no backward of
-    another chunk while a loss is open (tests/test_loss_recompute_overlap.py walks them). GPipe's
+    reaches the checkpointed block) comes after; and in every generated order but DualPipe's the
+    head's stage runs no backward of another chunk while a loss is open
+    (tests/test_loss_recompute_overlap.py walks them). GPipe's
     other held losses (``losses_held`` - 1 saved tensors) stay: they are not freed. DualPipe(V)
     runs the other direction's backward on the head's rank while a loss is open (its generated
     order pairs a chunk's forward with the other chunk's backward): 0 there, the sum."""
@@ -119,7 +120,8 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     its peak, one micro-batch's (a chunk's with a chunked loss) plus what the other held losses
     keep for their backward (``logits``, bytes: ``cross_entropy.held_loss_bytes_per_logit``,
     ``losses_held``); of those, what the head's backward frees before any layer of the stage
-    recomputes (``loss_freed``, bytes: ``loss_freed_bytes``); the offloaded optimizer fraction (``off``); the uniform recomputation
+    recomputes (``loss_freed``, bytes: ``loss_freed_bytes``); the offloaded optimizer fraction
+    (``off``); the uniform recomputation
     group (``rc_group``, layers); the Adam moment bytes (``moments``); the gradient buffer's bytes
     per parameter (``grad_buffer``) and whether the quantised weights are the only ones
     (``fp8_param_gather``, 0/1) and whether a ZeRO-3 shard is the fp32 master only (``zero3_master``,
