@@ -158,6 +158,79 @@ def test_a_vllm_data_parallel_row_is_read_as_d_ranks_of_tp_1_with_experts_over_d
     assert (cols["tp"], cols["adp"], cols["moe_ep"]) == (2.0, 4.0, 8.0)
 
 
+def _release_row(model_path, backend, version, system, precision, gemm, moe, **layout):
+    """(``prepare``'s one group of an aggregated row, the row's assumption note)."""
+    row = {"id": "r", "backend": backend, "backend_version": version, "model_path": model_path, "system": system,
+           "precision": precision, "mode": "agg", "isl": 1024, "osl": 1024, "gemm_quant_mode": gemm,
+           "moe_quant_mode": moe, "silicon_ttft_ms": 100.0, "silicon_tpot_ms": 10.0, "batch_size": 4, "pp_size": 1,
+           "silicon_data_source": "", **layout}
+    buf = io.StringIO()
+    pd.DataFrame([row]).to_csv(buf, index=False)
+    buf.seek(0)
+    prep = prepare(read_rows(buf))
+    (group,) = prep.groups
+    return group, prep.assumption[0]
+
+
+def test_a_kimi_k2_5_int4_row_is_priced_as_its_release_with_16_bit_attention():
+    # moonshotai/Kimi-K2.5's config.json quantization_config ignores lm_head, self_attn, shared_experts
+    # and the dense MLP: only the routed experts are int4 (group 32); the row's int4 / int4_wo / int4_wo
+    # is the source's one precision label for that release
+    from cost_models.inference_layers import attention_weights_per_gpu
+    from cost_models.weight_formats import weight_bytes
+    group, note = _release_row("moonshotai/Kimi-K2.5", "vllm", "0.15.1", "b200_sxm", "int4", "int4_wo", "int4_wo",
+                               tp_size=8, moe_tp_size=1, moe_ep_size=8)
+    ctx = group.context
+    assert (ctx.dense_format, ctx.expert_format) == ("bf16", "int4_wo")
+    # MLA attention one GPU holds per layer at tp 8, by hand: q_a 7168 x 1536 = 11,010,048 and kv_a
+    # 7168 x (512 + 64) = 4,128,768 whole; q_b 1536 x 64 x 192 = 18,874,368, kv_b 512 x 64 x (128 + 128)
+    # = 8,388,608 and o 64 x 128 x 7168 = 58,720,256 over 8: 25,886,720 elements
+    elements = 11_010_048 + 4_128_768 + (18_874_368 + 8_388_608 + 58_720_256) // 8
+    assert elements == 25_886_720 == attention_weights_per_gpu(ctx.model, 8)
+    # in bf16 2 bytes each: 51.8 MB a layer, x 61 layers 3.16 GB a decode step (0.467 ms at 6.764 TB/s), not
+    # int4 group 32's 0.5 + 2 / 32 = 0.5625 bytes (14.6 MB a layer, 0.888 GB, 0.131 ms)
+    assert weight_bytes(ctx.dense_format, ctx.model.int4_group_size) * elements == 2 * 25_886_720
+    assert weight_bytes(ctx.expert_format, ctx.model.int4_group_size) == 0.5625
+    assert "bf16 attention and dense GEMMs, int4_wo routed experts" in note
+
+
+def test_a_gpt_oss_fp4_row_is_priced_as_its_release_bf16_with_mxfp4_experts_and_a_16_bit_kv_cache():
+    # openai/gpt-oss-120b stores its experts in MXFP4 and the rest in bf16, naming no KV format: the
+    # source's fp4 / nvfp4 / nvfp4 is its label of that release, not an NVFP4 export naming an FP8 KV cache
+    from cost_models.kv_cache import kv_bytes_per_token_layer
+    group, note = _release_row("openai/gpt-oss-120b", "trtllm", "gpt-oss-dev", "h200_sxm", "fp4", "nvfp4", "nvfp4",
+                               tp_size=1, moe_tp_size=1, moe_ep_size=1)
+    ctx = group.context
+    assert (ctx.dense_format, ctx.expert_format) == ("bf16", "mxfp4")
+    # 8 KV heads x 64 dims x (K, V) x 2 bytes = 2,048 bytes a token a layer at tp 1 (FP8: 1,024)
+    assert ctx.kv_bytes == 2.0
+    assert kv_bytes_per_token_layer(ctx.model, 1, ctx.kv_bytes) == 8 * 64 * 2 * 2 == 2048
+    assert "nvfp4 being the source's label of mxfp4" in note and "names no KV format" in note
+
+
+def test_rows_whose_formats_are_not_the_releases_keep_their_own(monkeypatch):
+    from simulator.serving import checkpoints
+    kept = {
+        # Kimi-K2.5's fp4 rows: the release stores int4 experts, so NVIDIA's NVFP4 export ran
+        ("moonshotai/Kimi-K2.5", "vllm", "0.17.0", "b200_sxm", "fp4", "nvfp4", "nvfp4"): ("nvfp4", "nvfp4"),
+        # a quantised export the table does not know
+        ("nvidia/DeepSeek-R1-NVFP4", "trtllm", "1.2.0rc2", "b200_sxm", "fp4", "nvfp4", "nvfp4"): ("nvfp4", "nvfp4"),
+        # distinct dense and expert labels are read as stated, the release's expert format or not
+        ("deepseek-ai/DeepSeek-R1", "trtllm", "1.2.0rc2", "b200_sxm", "fp8", "fp8", "fp8_block"): ("fp8", "fp8_block"),
+        # experts the release does not store
+        ("openai/gpt-oss-120b", "trtllm", "1.2.0rc2", "h100_sxm", "fp8", "fp8", "fp8"): ("fp8", "fp8"),
+    }
+    for (path, *rest), formats in kept.items():
+        group, note = _release_row(path, *rest, tp_size=8, moe_tp_size=1, moe_ep_size=8)
+        assert (group.context.dense_format, group.context.expert_format) == formats, path
+        assert "stores them" not in note
+    # nvfp4 stands for the release's mxfp4 only while no NVFP4 checkpoint of the model is known
+    monkeypatch.setitem(checkpoints.CHECKPOINTS, ("gpt-oss-120b", "bf16", "nvfp4"), "example/gpt-oss-120b-NVFP4")
+    group, _ = _release_row("openai/gpt-oss-120b", "trtllm", "gpt-oss-dev", "h200_sxm", "fp4", "nvfp4", "nvfp4",
+                            tp_size=1, moe_tp_size=1, moe_ep_size=1)
+    assert (group.context.dense_format, group.context.expert_format) == ("nvfp4", "nvfp4")
+
+
 def _one_deepseek_row(**fields):
     """The evaluation columns ``prepare`` makes of one aggregated DeepSeek-R1 TensorRT-LLM row on
     8-GPU B200 nodes, or its skip reason."""

@@ -20,7 +20,13 @@ prediction:
   NVIDIA Dynamo tensorrtllm-runtime container tag (0.5-0.8, ``DYNAMO_TRTLLM_TAGS``) runs the
   TensorRT-LLM 1.x that container ships: the trtllm-1 profile, without a note.
 * formats: ``gemm_quant_mode`` for attention and dense GEMMs, ``moe_quant_mode`` for routed
-  experts, empty = 16-bit.
+  experts, empty = 16-bit; except where ``model_path`` names a checkpoint whose stored formats
+  are known (``checkpoints.CHECKPOINTS``, or a config.json's quantization_config) and the row's
+  one label for both (gemm = moe) is that checkpoint's expert format, or the source's label of
+  it (``SOURCE_LABELS``: nvfp4 for MXFP4 where no NVFP4 checkpoint of the model is known): the
+  row served that release, priced in its formats with the KV cache it implies, the row's
+  assumption saying so (``_release_formats``: Kimi-K2.5's int4 rows are bf16 with int4
+  experts, gpt-oss-120b's fp4 rows bf16 with MXFP4 experts and a 16-bit KV cache).
 * aggregated layout: ``tp_size``, ``pp_size``, ``attention_dp_size`` (empty or 0 = 1),
   ``moe_tp_size``, ``moe_ep_size`` (one of them 0 or empty = 1; both unset = the experts split
   tensor-parallel over the whole worker, the engines' default without expert parallelism);
@@ -123,6 +129,7 @@ from model_specs.catalog import load_model, load_preset
 from paraplan.validation.csv_structure import (SHORT_ROW_COLUMN, check_csv_structure, header_names, id_text,
                                                mark_short_rows, strip_header)
 from simulator.serving.aggregated import memory_columns
+from simulator.serving.checkpoints import checkpoint_names_fp8_kv, names_expert_checkpoint, stored_formats
 from simulator.serving.context import ServingContext
 from simulator.serving.evaluate import evaluate_agg_columns, evaluate_disagg_columns
 
@@ -327,6 +334,58 @@ def _fmt(value, precision) -> str:
     return "bf16" if p in ("", "bf16", "fp16", "nan") else p
 
 
+#: stored weight format -> the label the source writes it under: AIConfigurator's silicon rows
+#: state openai/gpt-oss-120b, whose release stores its routed experts in MXFP4 and the rest in
+#: bf16 (config.json quantization_config quant_method mxfp4, modules_to_not_convert self_attn,
+#: router, embeddings, lm_head), as precision fp4 with gemm / moe quant modes nvfp4, the H100 /
+#: H200 rows included, chips without FP4 tensor cores where the engines run those experts
+#: weight-only (``hardware_specs/stacks/trtllm-1.yaml`` native_only_formats source); the file
+#: names no NVFP4 export of the model. Such a label is read as the stored format only where no
+#: checkpoint of the model storing the label's own format is known (``names_expert_checkpoint``)
+SOURCE_LABELS = {"mxfp4": "nvfp4"}
+
+
+def _release_formats(model_path, key: str, model, dense: str, expert: str, framework) -> tuple[str, str, str] | None:
+    """(dense, expert, note): the formats a row is priced in where its ``model_path`` names a
+    checkpoint whose stored formats are known and differ from the row's quant-mode columns, and
+    the row's columns are one label for the whole model (``gemm_quant_mode`` = ``moe_quant_mode``,
+    the source's ``precision``) naming that checkpoint's routed-expert format (itself, or the
+    source's label of it: ``SOURCE_LABELS``). Such a row served the release, which keeps its
+    attention, dense layers and shared experts in its own (16-bit) format: Kimi-K2.5's int4
+    rows (``CHECKPOINTS`` moonshotai/Kimi-K2.5: bf16 with int4 weight-only routed experts) and
+    gpt-oss-120b's fp4 rows (openai/gpt-oss-120b: bf16 with MXFP4 experts, no KV format named,
+    so no FP8 KV cache). None where the row's own formats are priced: an unknown repository
+    (a quantised export such as nvidia/...-NVFP4), experts the checkpoint does not store
+    (Kimi-K2.5's fp4 rows: NVIDIA's NVFP4 export), or distinct dense and expert columns (read as
+    stated: DeepSeek's fp8 GEMM / fp8_block MoE rows). The checkpoint: a Hugging Face id's
+    ``CHECKPOINTS`` entry (``stored_formats``); a config.json read as given, its own
+    quantization_config (``checkpoint_format`` / ``expert_checkpoint_format``, empty = 16-bit)."""
+    if key == model.name:
+        repo = id_text(model_path)
+        stored = stored_formats(model, repo)
+    else:
+        repo = key
+        stored_dense = model.checkpoint_format or "bf16"
+        stored = (stored_dense, (model.expert_checkpoint_format or stored_dense) if model.moe is not None
+                  else stored_dense)
+    if stored is None:
+        return None
+    d, e = canonical_format(dense), canonical_format(expert)
+    stored_dense, stored_expert = stored
+    if (d, e) == stored or d != e:
+        return None
+    labelled = e != stored_expert
+    if labelled and (SOURCE_LABELS.get(stored_expert) != e or names_expert_checkpoint(model, e)):
+        return None
+    names_fp8_kv = checkpoint_names_fp8_kv(model, stored_dense, stored_expert, str(framework), prequantised=True)
+    kv = "an FP8 KV cache, which it names" if names_fp8_kv else "the stack's KV cache dtype (it names no KV format)"
+    label = f", {e} being the source's label of {stored_expert}" if labelled else ""
+    note = (f"weights priced as {repo} stores them: {stored_dense} attention and dense GEMMs, {stored_expert} routed "
+            f"experts, {kv}; the row's quant modes {dense} / {expert} name the release's experts{label}, not "
+            f"{d} throughout")
+    return stored_dense, stored_expert, note
+
+
 def _format_problem(row: dict) -> str | None:
     """Why a row's weight formats cannot be priced, naming the column (``gemm_quant_mode``,
     ``moe_quant_mode``, or ``precision`` where the quant column is empty and ``_fmt`` falls back
@@ -493,6 +552,10 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str], dict[str, ob
             continue
         dense, expert = _fmt(r.get("gemm_quant_mode"), r.get("precision")), _fmt(r.get("moe_quant_mode"), r.get("precision"))
         values = {"isl": isl, "osl": osl, "assumption": match.note if version else ASSUMPTIONS["no_version"]}
+        release = _release_formats(r.get("model_path"), preset, model, dense, expert, r.get("backend"))
+        if release is not None:
+            dense, expert, note = release
+            values["assumption"] = "; ".join(x for x in (values["assumption"], note) if x)
         if mode == "agg":
             tp, pp, adp = _deg(r.get("tp_size")), _deg(r.get("pp_size")), _deg(r.get("attention_dp_size"))
             moe_tp, moe_ep = _expert_degrees(r.get("moe_tp_size"), r.get("moe_ep_size"), tp, adp)

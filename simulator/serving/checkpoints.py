@@ -60,6 +60,23 @@ ONLINE_FP8_ENGINES = frozenset({"vllm", "sglang"})
 KV_NAMING_FORMATS = frozenset({"fp8", "nvfp4"})
 
 
+def stored_formats(model, repository) -> tuple[str, str] | None:
+    """(dense, expert) weight formats the Hugging Face ``repository`` stores, where ``CHECKPOINTS``
+    names it as a checkpoint of ``model`` (a ``ModelSpec``); None where it is not known. Ids are
+    compared without case (the Hub resolves ``moonshotai/kimi-k2.5`` to ``moonshotai/Kimi-K2.5``)."""
+    key = str(repository or "").strip().lower()
+    for (name, dense, expert), repo in CHECKPOINTS.items():
+        if name == model.name and repo.lower() == key:
+            return dense, expert
+    return None
+
+
+def names_expert_checkpoint(model, expert: str) -> bool:
+    """Whether ``CHECKPOINTS`` names a checkpoint of ``model`` storing its routed experts in
+    ``expert`` (e.g. an NVFP4 export beside a release in MXFP4)."""
+    return any(name == model.name and stored == expert for (name, _, stored) in CHECKPOINTS)
+
+
 def served_checkpoint(model, dense: str, expert: str, framework: str,
                       prequantised: bool = False) -> tuple[str | None, bool]:
     """(repository, online): the checkpoint a deployment of ``model`` (a ``ModelSpec``) in
