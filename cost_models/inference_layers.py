@@ -32,6 +32,9 @@ bytes/s), with the serving efficiency of the GPU generation:
   the mean over the moe_ep GPUs; each active expert it holds (a slice of it under expert
   tensor parallelism) adds ``expert_fixed_s``, the grouped GEMMs' per-expert tile cost.
 * Norms, activations, residual adds, rotary embedding: memory-bound bytes.
+* Activation quantisation of W8A8 / W4A4 GEMM inputs in kernels of their own
+  (``activation_quant_s``, the engine's ``ServingBehaviour.activation_quant_inputs``): one
+  kernel per quantised input, memory-bound (read 16-bit, write the quantised bytes and scales).
 
 Kernel counts per layer (``KERNELS``) say how many kernels each block launches in the engines'
 fused implementations; each costs ``kernel_fixed_s`` of GPU time. All inputs may be numpy
@@ -83,6 +86,14 @@ MLA_DECODE_PRIOR_FLOPS_PER_S = {"blackwell": 580e12}
 #: memory-bound traffic per token per layer besides the GEMMs, in hidden-size elements: two
 #: RMSNorms (read + write each), two residual adds (read 2, write 1 each), rotary on q and k.
 ELEMENTWISE_H_PER_TOKEN = 12.0
+
+
+#: bytes per element a quantised activation is written as, its scales included, per weight format
+#: whose GEMMs take quantised activations: per-tensor FP8 (one fp32 scale a tensor: 1 byte);
+#: fp8_block's per-token groups of 128 with an fp32 scale each (DeepSeek-V3 report, section 3.3.2:
+#: 1 + 4/128); NVFP4's e2m1 pairs with an fp8 scale per 16 values (NVIDIA, "Introducing NVFP4",
+#: 2025: 0.5 + 1/16)
+QUANT_ACT_BYTES = {"fp8": 1.0, "fp8_block": 1.0 + 4.0 / 128.0, "nvfp4": 0.5 + 1.0 / 16.0}
 
 
 def _f(x):
@@ -283,6 +294,35 @@ def moe_block_s(model: ModelSpec, rates: LayerRates, tp, adp, moe_tp, moe_ep, to
     shared = dense_mlp_s(model, rates, tp, T, shared_ffn) if shared_ffn else 0.0
     kernels = KERNELS["moe"] + (KERNELS["mlp"] - 1.0 if shared_ffn else 0.0)
     return routed + router + shared, kernels
+
+
+def activation_quant_s(model: ModelSpec, rates: LayerRates, tp, tokens, inputs, weight_format: str, ffn: int,
+                       norm_fused=False):
+    """(attention seconds, attention kernels, MLP seconds, MLP kernels) per layer of the
+    activation-quantisation kernels an engine launches before a softmax-attention layer's and a
+    dense MLP layer's GEMMs, for ``tokens`` tokens: one kernel per GEMM input named in ``inputs``
+    (``hardware_specs.serving_behaviour.ACTIVATION_QUANT_INPUTS``: qkv and o_proj of the
+    attention block, gate_up and down of the MLP), each reading the 16-bit input (2 bytes an
+    element) and writing it in ``weight_format``'s activation bytes (``QUANT_ACT_BYTES``), at the
+    achieved HBM bandwidth. Widths per GPU: qkv and gate_up take the hidden size h, o_proj the
+    heads' a x head_dim / tp, down ffn / tp. ``norm_fused`` (numpy bool, per row): the all-reduce
+    fused with the norm before qkv and gate_up quantises them (no kernel, no bytes)."""
+    h = model.hidden_size
+    tp = _f(tp)
+    T = _f(tokens)
+    per_elem = (ACT_BYTES + QUANT_ACT_BYTES.get(weight_format, 1.0)) / rates.hbm_bytes_per_s
+    keep = np.where(norm_fused, 0.0, 1.0)
+    widths = {"qkv": h * keep, "o_proj": model.num_heads * model.head_dim / tp, "gate_up": h * keep,
+              "down": ffn / tp}
+    kernels = {"qkv": keep, "o_proj": 1.0, "gate_up": keep, "down": 1.0}
+    att = [i for i in inputs if i in ("qkv", "o_proj")]
+    mlp = [i for i in inputs if i in ("gate_up", "down")]
+    zero = 0.0 * T * tp
+    att_s = zero + sum((T * widths[i] * per_elem for i in att), 0.0)
+    mlp_s = zero + sum((T * widths[i] * per_elem for i in mlp), 0.0)
+    att_k = zero + sum((kernels[i] for i in att), 0.0)
+    mlp_k = zero + sum((kernels[i] for i in mlp), 0.0)
+    return att_s, att_k, mlp_s, mlp_k
 
 
 def elementwise_s(model: ModelSpec, rates: LayerRates, tokens):

@@ -41,12 +41,13 @@ from functools import lru_cache
 import numpy as np
 
 from cost_models.inference_comm import all_gather_time_s, all_to_all_time_s, allreduce_time_s, p2p_time_s
-from cost_models.kv_cache import largest_stage_share
+from cost_models.kv_cache import largest_stage_share, layer_counts
 from cost_models.serving_memory import lm_head_dp_share
 from cost_models.params import routed_expert_width
 from cost_models.topology import group_span
-from cost_models.inference_layers import (ACT_BYTES, KERNELS, attention_block_s, dense_mlp_s, elementwise_s,
-                                          gemm_s, layer_rates, lm_head_s, moe_block_s)
+from cost_models.inference_layers import (ACT_BYTES, KERNELS, activation_quant_s, attention_block_s, dense_mlp_s,
+                                          elementwise_s, gemm_s, layer_rates, lm_head_s, moe_block_s)
+from cost_models.weight_formats import canonical_format, compute_dtype, native_compute_dtype
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.serving_efficiency import ServingEfficiency
@@ -261,6 +262,19 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
         mlp = mlp + n_moe * moe_s
         kernels = kernels + n_moe * moe_kernels
 
+    # activation quantisation in kernels of its own before the W8A8 / W4A4 GEMMs of the softmax
+    # attention and dense MLP layers (``ServingBehaviour.activation_quant_inputs``), where the GPU
+    # runs the format on its tensor cores (a weight-only fallback keeps 16-bit activations)
+    fmt = canonical_format(dense_format)
+    quant = behaviour.quant_inputs(fmt)
+    quant_s = 0.0
+    if quant and model.mla is None and compute_dtype(fmt, cluster.gpu) == native_compute_dtype(fmt):
+        full, window, _ = layer_counts(model)
+        norm_fused = behaviour.allreduce_norm_fusion & (tp > 1) & (adp <= 1)
+        qa_s, qa_k, qm_s, qm_k = activation_quant_s(model, rates, tp, T, quant, fmt, dense_ffn, norm_fused)
+        quant_s = (full + window) * qa_s + n_dense * qm_s
+        kernels = kernels + (full + window) * qa_k + n_dense * qm_k
+
     comm, comm_kernels = layer_collectives(model, cluster, eff, behaviour, T, tp, adp, moe_ep, n_dense, n_moe, moe_tp)
     kernels = kernels + comm_kernels
     n_cross = pipeline_domain_crossings(tp * adp, pp, cluster.gpus_per_node)
@@ -286,7 +300,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     head_comm, head_kernels = lm_head_collectives(model, cluster, eff, behaviour, tp, head_dp, logits)
     # all stages busy (a micro-batch for each): the largest stage's layers, pp times, pace the round
     paced = np.where(busy, pp * largest_stage_share(model.num_layers, pp), 1.0)
-    elem = paced * n_layers * elementwise_s(model, rates, T)
+    elem = paced * (n_layers * elementwise_s(model, rates, T) + quant_s)
     attn_total = paced * n_layers * attn
     mlp = paced * mlp
     comm = paced * comm

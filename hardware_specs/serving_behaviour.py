@@ -51,6 +51,16 @@ DECODE_BUDGET_SHARES = ("with_drafts", "one_per_request")
 #: never a mix: vLLM) or ``any`` (expert tensor parallelism x expert parallelism = tp x adp in
 #: any factorisation: SGLang, TensorRT-LLM)
 EXPERT_SPLITS = ("all_ep_or_all_tp", "any")
+#: the GEMM inputs of a softmax-attention layer with a dense gated MLP whose activations an engine
+#: may quantise in a kernel of its own before the GEMM (``activation_quant_inputs``): the QKV
+#: projection's (after the input RMSNorm), the output projection's (after the attention core), the
+#: gate-up projection's (after the post-attention RMSNorm) and the down projection's (after the
+#: SiLU-and-mul)
+ACTIVATION_QUANT_INPUTS = ("qkv", "o_proj", "gate_up", "down")
+#: of those, the inputs that follow an RMSNorm, which an all-reduce fused with the residual add
+#: and the norm also quantises (``allreduce_norm_fusion``: TensorRT-LLM
+#: ``AllReduceFusionOp.RESIDUAL_RMS_NORM_QUANT_FP8`` / ``_QUANT_NVFP4``)
+NORM_FOLLOWED_INPUTS = ("qkv", "gate_up")
 #: plausibility bounds of the host times (seconds per step or launch) and the reserve (GiB)
 MAX_HOST_S = 1.0
 MAX_RESERVED_GIB = 1024.0
@@ -237,6 +247,16 @@ class ServingBehaviour:
             default KV block reuse, and ``mFP8ContextMLA = (sm 90/100/103/120) &&
             hasFp8KvCache()``). Read through ``prefill_attention_format``. Default False: the
             16-bit rate whatever the cache (an engine where the FP8 path is not established).
+        activation_quant_inputs: per weight format whose GEMMs take quantised activations (W8A8,
+            W4A4), which of a dense layer's GEMM inputs (``ACTIVATION_QUANT_INPUTS``) the engine
+            quantises in a separate kernel (one launch, reading the 16-bit input and writing the
+            quantised one and its scales) rather than in the kernel that produces the input (a
+            norm, the attention core, the activation). Each listed input of a softmax-attention
+            layer (qkv, o_proj) or a dense-MLP layer (gate_up, down) adds one kernel a layer; an
+            input after a norm (``NORM_FOLLOWED_INPUTS``) adds none where the all-reduce before
+            it runs fused with that norm (``allreduce_norm_fusion``, tp > 1 without attention
+            DP). MLA blocks and routed experts are not covered. A format not listed (16-bit,
+            weight-only formats, or an engine where it is not established): none. Default empty.
         gpu_vendors: the GPU vendors the engine runs on (``GPUSpec.vendor``); empty: any.
         native_only_formats: weight formats the engine serves only on GPUs whose tensor cores
             compute them (it has no weight-only kernel that dequantises them to 16-bit, as
@@ -275,6 +295,7 @@ class ServingBehaviour:
     attention_dp_with_tp: bool = True
     lm_head_split_over_attention_dp: bool = False
     fp8_context_attention: bool = False
+    activation_quant_inputs: Mapping[str, tuple] = field(default_factory=dict)
     gpu_vendors: tuple = ()
     native_only_formats: tuple = ()
 
@@ -286,6 +307,20 @@ class ServingBehaviour:
             raise InputError(f"{where}.native_only_formats", f"must be a list of weight formats, got {formats!r}",
                              "choose from " + ", ".join(STACK_WEIGHT_FORMATS) + "; an empty list means none")
         object.__setattr__(self, "native_only_formats", tuple(f.strip().lower() for f in formats))
+        quant = self.activation_quant_inputs
+        fix = ("a mapping of weight format -> list of " + ", ".join(ACTIVATION_QUANT_INPUTS)
+               + ", e.g. {nvfp4: [qkv, gate_up, down]}")
+        if not isinstance(quant, Mapping):
+            raise InputError(f"{where}.activation_quant_inputs", f"must be a mapping, got {quant!r}", fix)
+        checked = {}
+        for fmt, inputs in quant.items():
+            key = str(fmt).strip().lower()
+            if key not in STACK_WEIGHT_FORMATS or isinstance(inputs, str) or not isinstance(inputs, (list, tuple)) \
+                    or not all(isinstance(i, str) and i in ACTIVATION_QUANT_INPUTS for i in inputs) \
+                    or len(set(inputs)) != len(inputs):
+                raise InputError(f"{where}.activation_quant_inputs", f"bad entry {fmt!r}: {inputs!r}", fix)
+            checked[key] = tuple(inputs)
+        object.__setattr__(self, "activation_quant_inputs", MappingProxyType(checked))
         object.__setattr__(self, "gpu_vendors", _name_list(
             self.gpu_vendors, f"{where}.gpu_vendors", "vendor names", "e.g. [nvidia]; an empty list means any GPU"))
         if self.cuda_graphs not in CUDA_GRAPH_MODES:
@@ -404,6 +439,11 @@ class ServingBehaviour:
         an element: ``fp8`` under ``fp8_context_attention`` with an FP8 (1 byte) or narrower
         cache, else ``bf16``."""
         return "fp8" if self.fp8_context_attention and float(kv_bytes) <= 1.0 else "bf16"
+
+    def quant_inputs(self, weight_format: str) -> tuple:
+        """The dense layer's GEMM inputs the engine quantises in kernels of their own for weights
+        in ``weight_format`` (``activation_quant_inputs``; empty where none)."""
+        return tuple(self.activation_quant_inputs.get(str(weight_format).strip().lower(), ()))
 
     def graph_covers(self, decode_batch, mixed) -> "object":
         """Whether a step runs from a CUDA graph (numpy-friendly): a decode-only forward pass of
