@@ -234,6 +234,20 @@ def attention_core_flops(tokens, seq_len, heads, qk_dim, v_dim, window=0, window
     return 2.0 * np.asarray(tokens, dtype=float) * keys * heads * (qk_dim + v_dim)
 
 
+def materialised_attention_core_flops(tokens, seq_len, heads, qk_dim, v_dim):
+    """Forward FLOPs an unfused (materialised) attention core computes for ``tokens`` queries:
+    every query against all ``seq_len`` keys. Its batched GEMMs, QK^T (s, s, qk_dim) and PV
+    (s, v_dim, s) per (sequence, head) pair (``materialised_attention_time_s``), run over the
+    full square and the causal mask (or a sliding window) is applied to the scores afterwards
+    (Megatron-LM 2020-2022 ``CoreAttention``: ``torch.baddbmm``, ``FusedScaleMaskSoftmax``,
+    ``torch.bmm``); Narayanan et al. 2021 (SC21, appendix) and Korthikanti et al. 2022 (model
+    FLOPs 72 B s l h^2 (1 + s / (6 h) + V / (12 l h))) count them so: 4 B s^2 h a layer.
+    FLOPs = 2 * tokens * seq_len * heads * (qk_dim + v_dim).
+    """
+    return (2.0 * np.asarray(tokens, dtype=float) * np.asarray(seq_len, dtype=float) * np.asarray(heads, dtype=float)
+            * (qk_dim + v_dim))
+
+
 def attention_core_exponentials(flops_fwd, qk_dim, v_dim):
     """Softmax exponentials of the attention core's forward: one per (query, key, head) scored,
     i.e. its forward FLOPs / (2 * (qk_dim + v_dim)) (``attention_core_flops``)."""

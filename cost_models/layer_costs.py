@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from cost_models.compute import (ComputeRates, attention_core_exponentials, attention_core_flops, attention_time_s,
-                                 linear_gemm_times_s, materialised_attention_time_s,
+                                 linear_gemm_times_s, materialised_attention_core_flops, materialised_attention_time_s,
                                  memory_bound_time_s)
 from cost_models.cross_entropy import loss_traffic
 from cost_models.params import kv_heads_per_tp_rank
@@ -376,11 +376,13 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     concentration factor is not 1 (``eager_yarn_rope``, ``eager_yarn_rope_extra``).
 
     Returns a dict with ``gemm_fwd_s``, ``gemm_dgrad_s``, ``gemm_wgrad_s``, ``core_fwd_s``,
-    ``core_bwd_s``, ``elem_fwd_s``, ``elem_bwd_s``, ``gemm_flops_fwd``, ``core_flops_fwd`` and the
-    quantisation times ``cast_fwd_s``, ``cast_bwd_s``, ``weight_cast_s`` (``linear_cast_bytes``:
-    every projection but the output one reads a norm's output; the output projection's input and
-    all output gradients come from the attention core or the residual and are quantised by
-    their own kernel).
+    ``core_bwd_s``, ``elem_fwd_s``, ``elem_bwd_s``, ``gemm_flops_fwd``, ``core_flops_fwd`` (causal:
+    the model FLOPs), ``core_masked_flops_fwd`` (what the kernel computes beyond them: the masked
+    scores of a materialised core, ``materialised_attention_core_flops`` less ``core_flops_fwd``;
+    0 for a fused core, which skips the masked tiles) and the quantisation times ``cast_fwd_s``,
+    ``cast_bwd_s``, ``weight_cast_s`` (``linear_cast_bytes``: every projection but the output one
+    reads a norm's output; the output projection's input and all output gradients come from the
+    attention core or the residual and are quantised by their own kernel).
     """
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
@@ -399,6 +401,10 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
             fused_softmax_kernel_available(tokens, seq_len, heads), softmax_scale_pass)
         core_fwd = np.where(flash_attention, core_fwd, mat_fwd)
         core_bwd = np.where(flash_attention, core_bwd, mat_bwd)
+    # the materialised core computes the masked scores too (the whole square); a fused kernel
+    # skips the masked tiles: hardware FLOPs only, model FLOPs keep the causal count
+    masked_flops = np.where(flash_attention, 0.0,
+                            materialised_attention_core_flops(tokens, seq_len, heads, qk, v) - core_flops)
     split = np.where(sp, tp, 1.0)
     row = tokens * model.hidden_size * rates.act_bytes / split
     rope = rotary_bytes(model, tokens, tp)
@@ -425,7 +431,8 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     # counts once, not tp times
     flops_fwd = gemms["gemm_flops_fwd"] - mla_duplicated_flops_fwd(model, tokens) * (1.0 - 1.0 / tp)
     return {**gemms, "gemm_flops_fwd": flops_fwd, "core_fwd_s": core_fwd, "core_bwd_s": core_bwd,
-            "elem_fwd_s": elem_fwd, "elem_bwd_s": elem_bwd, "core_flops_fwd": core_flops, **casts}
+            "elem_fwd_s": elem_fwd, "elem_bwd_s": elem_bwd, "core_flops_fwd": core_flops,
+            "core_masked_flops_fwd": masked_flops, **casts}
 
 
 def mla_duplicated_flops_fwd(model: ModelSpec, tokens):

@@ -359,7 +359,10 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                + np.where(bit("mlp_act") & ~whole & ~fc1, act_s, 0.0) + np.where(bit("mla_up_proj"), mla_s, 0.0)
                + np.where(whole, block_s, 0.0) + np.where(bit("every_second_linear"), alt_s, 0.0)
                + np.where(fc1, fc1_s, 0.0))
-        sel_flops = (np.where(bit("core_attn"), attn_k["core_flops_fwd"], 0.0) + np.where(bit("mla_up_proj"), mla_flops, 0.0)
+        # recomputed FLOPs are hardware FLOPs: a materialised core's masked scores included
+        masked_flops = attn_k["core_masked_flops_fwd"] + 0.0 * tokens
+        sel_flops = (np.where(bit("core_attn"), attn_k["core_flops_fwd"] + masked_flops, 0.0)
+                     + np.where(bit("mla_up_proj"), mla_flops, 0.0)
                      + np.where(whole, mlp["gemm_flops_fwd"], 0.0) + np.where(bit("every_second_linear"), alt_flops, 0.0)
                      + np.where(fc1, fc1_flops, 0.0))
         rec_full = fwd
@@ -474,8 +477,11 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             f"tp_total_{kind}": tp_fwd + tp_bwd + tp_rec, f"tp_total_base_{kind}": tp_fwd + tp_bwd,
             f"tp_total_recompute_{kind}": tp_fwd + 0.0 * tokens,
             f"weight_cast_{kind}": attn_k["weight_cast_s"] + mlp["weight_cast_s"],
-            f"flops_{kind}": flops,
-            f"recompute_flops_{kind}": np.where(full, flops, sel_flops), f"recompute_full_flops_{kind}": flops,
+            # model FLOPs of one layer's forward (the core causal) and what a materialised core
+            # computes beyond them (hardware FLOPs only)
+            f"flops_{kind}": flops, f"masked_flops_{kind}": masked_flops,
+            f"recompute_flops_{kind}": np.where(full, flops + masked_flops, sel_flops),
+            f"recompute_full_flops_{kind}": flops + masked_flops,
             f"recompute_sel_flops_{kind}": sel_flops + 0.0 * tokens,
         })
     if model.moe is None:       # a dense model has no MoE layers; keep the keys for uniform code

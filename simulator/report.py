@@ -29,7 +29,9 @@ class StepReport:
             (what offload keeps on the host for one GPU of it) and ``parts_bytes`` (by part).
         tokens_per_s, tokens_per_s_per_gpu: throughput.
         model_tflops_per_gpu, hardware_tflops_per_gpu: achieved TFLOP/s per GPU without / with
-            recomputed FLOPs; mfu, hfu as fractions of the dtype's dense peak.
+            recomputed FLOPs and the masked scores a materialised (unfused) attention core
+            computes (the model FLOPs count the core's causal half); mfu, hfu as fractions of
+            the dtype's dense peak.
         fits: peak memory <= HBM.
     """
 

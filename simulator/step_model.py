@@ -729,7 +729,12 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     rc_d, rc_m = pipe["rc_dense_path"], pipe["rc_moe_path"]
     rflops = (rc_d * lay["recompute_full_flops_dense"] + (n_dense_total - rc_d) * lay["recompute_sel_flops_dense"]
               + rc_m * lay["recompute_full_flops_moe"] + (n_moe_total - rc_m) * lay["recompute_sel_flops_moe"])
-    hardware_flops = model_flops + micro_batches_total * tp * rflops
+    # hardware FLOPs add the recomputation and the masked scores a materialised attention core
+    # computes in its forward and backward (its backward GEMMs are twice its forward's)
+    masked = n_dense_dec * lay["masked_flops_dense"] + n_moe_dec * lay["masked_flops_moe"]
+    if n_mtp > 0:
+        masked = masked + n_mtp * lay[f"masked_flops_{mtp_kind}"]
+    hardware_flops = model_flops + micro_batches_total * tp * (3.0 * masked + rflops)
     tokens_per_step = gbs * s
     peak = gpu.peak_flops(batch.dtype)
     mem = {k: v for k, v in memory_by_part.items() if not k.startswith("_")}
