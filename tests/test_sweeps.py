@@ -338,7 +338,10 @@ def test_a_scheduler_address_where_no_scheduler_answers_is_one_input_error_and_l
     # internal error); a server that accepted and stayed silent held the handshake for ever.
     # Both are the address's fault, said as such, and the output folder this run made is gone.
     import paraplan.sweeps.runner as runner
-    monkeypatch.setattr(runner, "SCHEDULER_ANSWER_S", 3.0)
+    # the answering server's reply fails the handshake at once (it must do so within the 3 s, or
+    # the run would stop on the wait, not on Dask's error); the silent one is only ever stopped
+    # by the wait, whatever its length, so it waits 0.5 s, not 3
+    monkeypatch.setattr(runner, "SCHEDULER_ANSWER_S", 3.0 if answer is not None else 0.5)
     address, stop = _listener(answer)
     try:
         spec = spec_from_dict({**GRID, "config": {"tp": [1]}})
@@ -347,6 +350,8 @@ def test_a_scheduler_address_where_no_scheduler_answers_is_one_input_error_and_l
         with pytest.raises(InputError) as info:
             run_sweep(spec, out, scheduler=address)
         assert info.value.field == "--scheduler" and "no Dask scheduler answered" in str(info.value)
+        # which of the two ways it failed: Dask's error for the answering server, the wait for the silent one
+        assert ("stayed silent" in str(info.value)) == (answer is None)
         assert not out.exists() and out.parent.is_dir()
     finally:
         stop()
