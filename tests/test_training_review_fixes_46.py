@@ -128,13 +128,24 @@ def test_pooled_plan_refuses_a_zero_bubble_schedule_for_pooled_simulates_reason(
     assert out.startswith("error: --schedule: the mixed-plan search prices 1f1b only, not gpipe (")
 
 
-def test_pooled_plan_takes_1f1b_the_schedule_it_searches(_repo_cwd):
-    code, given = _cli(*_POOLED, "--schedule", "1f1b", "--top", 1, "--json")
+def test_pooled_plan_takes_1f1b_the_schedule_it_searches(_repo_cwd, tmp_path):
+    # the example's two pods at 32 GPUs each, not 256 (whether --schedule 1f1b is taken as the
+    # schedule the mixed search prices does not depend on the pods' size; the best plan still
+    # spans both pools): 1,103 rows searched, not 14,095
+    from pathlib import Path
+    text = Path(_POOLED[4]).read_text()
+    assert text.count("gpus: 256") == 2
+    small = tmp_path / "a100-h100-32.yaml"
+    small.write_text(text.replace("gpus: 256", "gpus: 32"))
+    pooled = (*_POOLED[:4], small, *_POOLED[5:])
+    code, given = _cli(*pooled, "--schedule", "1f1b", "--top", 1, "--json")
     assert code == 0, given
-    code, default = _cli(*_POOLED, "--top", 1, "--json")
+    code, default = _cli(*pooled, "--top", 1, "--json")
     assert code == 0
     assert json.loads(given)["best_plan"] == json.loads(default)["best_plan"]
     assert json.loads(given)["best_plan"]["schedule"] == "1f1b"
+    assert [p["gpus"] for p in json.loads(given)["request"]["pools"]] == [32, 32]
+    assert json.loads(given)["comparison"][0]["n_gpus"] == 64        # the best plan spans both pools
 
 
 @pytest.mark.parametrize("flag, fix", [("--pp", "drop it"), ("--tp", "drop it (--max-tp limits tensor parallelism)")])
