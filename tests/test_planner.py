@@ -695,8 +695,8 @@ def test_dominance_rules_only_drop_configurations_that_cannot_win(model, cluster
     cols = {k: v[ev.rows] for k, v in space.columns.items()}
     t, mem = ev.outputs["step_time_s"], ev.outputs["memory_bytes"]
 
-    def index(keys):
-        return {tuple(int(cols[k][i]) for k in keys): i for i in range(len(t))}
+    def index(keys):        # each row's key as whole numbers (what int() gives each value) -> its row
+        return dict(zip(zip(*(np.asarray(cols[k]).astype(np.int64).tolist() for k in keys)), range(len(t))))
 
     others = [k for k in cols if k != "sequence_parallel"]
     by_key = index(others + ["sequence_parallel"])
