@@ -554,8 +554,12 @@ def test_the_chunks_folder_may_not_be_a_link_and_a_blocked_result_stops_the_run_
 
 
 def test_a_damaged_serving_chunk_is_evaluated_again(tmp_path):
-    spec = spec_from_dict({**SERVING, "models": ["llama3.1-8b"], "backends": ["vllm"]})
+    # one point, TPOT 20 ms (its row "ok"): each damage below is to that row, and a damaged chunk
+    # is evaluated again whatever else it holds (the 2 ms point's infeasible row beside it made
+    # each of the six evaluations two searches and could not fail the test)
+    spec = spec_from_dict({**SERVING, "models": ["llama3.1-8b"], "backends": ["vllm"], "tpot_ms": [20]})
     first = run_sweep(spec, tmp_path, local=True)
+    assert list(first.status) == ["ok"]
     (chunk,) = sorted((tmp_path / "chunks").glob("*.parquet"))
     good = pd.read_parquet(chunk)
     for damage in ("nan number", "status int", "status odd", "backend swapped", "extra column"):
