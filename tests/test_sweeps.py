@@ -177,8 +177,15 @@ def test_dask_local_cluster_gives_the_in_process_rows(tmp_path):
     # their results go through the same scheduler either way; benchmarks/sweep_speed.py runs
     # worker processes)
     distributed = pytest.importorskip("dask.distributed")
-    spec = spec_from_dict(GRID)
+    # the grid at 16 GPUs alone: 192 points in 6 chunks for the two workers, every model x cluster
+    # x status of the whole grid among them (the 32-GPU half repeats them: ok, invalid and does
+    # not fit on both models and both clusters), each of the three runs half as long
+    spec = spec_from_dict({**GRID, "gpus": [16]})
+    assert len(chunks(spec)) >= 4
     local = run_sweep(spec, local=True)
+    assert set(map(tuple, local[["model", "cluster", "status"]].drop_duplicates().to_numpy())) == \
+        {(m, c, s) for m in GRID["models"] for c in GRID["clusters"] for s in ("ok", "invalid", "does not fit")} \
+        - {("mixtral-8x7b", c, "invalid") for c in GRID["clusters"]}
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
         remote = run_sweep(spec, tmp_path, client=client)
