@@ -371,11 +371,13 @@ def test_a_sweep_off_a_terminal_says_how_far_it_is(tmp_path, monkeypatch):
     import yaml
     monkeypatch.setattr(sweep_command, "PROGRESS_LINE_S", 0.0)
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump({**GRID, "chunk_points": 40}))
+    grid = {**GRID, "gpus": [16], "chunk_points": 40}        # 192 points, 5 chunks: the lines are per chunk
+    spec.write_text(yaml.safe_dump(grid))
     result = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--local"])
     assert result.exit_code == 0, result.output
     lines = [ln for ln in result.stderr.splitlines() if ln.startswith("swept ")]
-    n = spec_from_dict(GRID).n_points
+    n = spec_from_dict(grid).n_points
+    assert len(lines) >= len(chunks(spec_from_dict(grid))) - 1 >= 3
     assert lines and all(re.fullmatch(rf"swept [\d,]+ of {n:,} points \(\d+%\) in \d+ s", ln) for ln in lines)
     assert re.match(rf"{n:,} points in ", result.stdout)
 
