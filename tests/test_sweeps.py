@@ -177,7 +177,7 @@ def test_dask_local_cluster_gives_the_in_process_rows(tmp_path):
     # their results go through the same scheduler either way; benchmarks/sweep_speed.py runs
     # worker processes)
     distributed = pytest.importorskip("dask.distributed")
-    # the grid at 16 GPUs alone: 192 points in 6 chunks for the two workers, every model x cluster
+    # the grid at 16 GPUs alone: 192 points in 12 chunks for the two workers, every model x cluster
     # x status of the whole grid among them (the 32-GPU half repeats them: ok, invalid and does
     # not fit on both models and both clusters), each of the three runs half as long
     spec = spec_from_dict({**GRID, "gpus": [16]})
@@ -371,7 +371,7 @@ def test_a_sweep_off_a_terminal_says_how_far_it_is(tmp_path, monkeypatch):
     import yaml
     monkeypatch.setattr(sweep_command, "PROGRESS_LINE_S", 0.0)
     spec = tmp_path / "spec.yaml"
-    grid = {**GRID, "gpus": [16], "chunk_points": 40}        # 192 points, 5 chunks: the lines are per chunk
+    grid = {**GRID, "gpus": [16], "chunk_points": 40}        # 192 points, 9 chunks: the lines are per chunk
     spec.write_text(yaml.safe_dump(grid))
     result = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--local"])
     assert result.exit_code == 0, result.output
