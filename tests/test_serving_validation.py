@@ -98,10 +98,14 @@ def test_rows_carrying_their_layout_are_predicted(rows, results, bundled_ids):
 # 8.26 s TTFT and 63.5 ms TPOT, a closed loop of 8,192 clients at 8.26 + 1023 x 0.0635 = 73.2 s a
 # request, ~112 requests/s; predicted 51.4 ms TPOT and 49.6 s TTFT, ~80 requests/s through its
 # prefill pool; the other 55 rows 41.8%).
+# TensorRT-LLM agg's TTFT bound 36.5% -> 37.0% (2026-12-06, session 59: validate serving prices a
+# row in its release's formats, f423a34, so gpt-oss-120b's attention is bf16 and its KV 16-bit, not
+# NVFP4 and FP8 throughout, and TensorRT-LLM's activation-quantisation kernels are counted, 7df1a3d;
+# after the refit, 321c047, its rows' TTFT 36.0% -> 36.8%).
 BOUNDS = {
     ("vllm", "agg"): (26.5, 14.5, 759),
     ("sglang", "agg"): (47.0, 19.5, 450),
-    ("trtllm", "agg"): (36.5, 19.5, 748),
+    ("trtllm", "agg"): (37.0, 19.5, 748),
     ("sglang", "disagg"): (57.0, 20.5, 45),
     ("trtllm", "disagg"): (51.5, 19.0, 56),
 }
