@@ -23,7 +23,7 @@ def _row(row_id):
     return df[df.id == row_id].iloc[0]
 
 
-def test_qwen3_32b_row_needs_98_percent_of_its_prefill_pool_not_more_than_its_peak():
+def test_qwen3_32b_row_needs_97_percent_of_its_prefill_pool_not_more_than_its_peak():
     r = _row("qwen3_32b_qwen3_32b_h100_sxm_sglang_disagg_4000x1000_c_tpnone_epnone_1")
     ttft_s, tpot_s = float(r.silicon_ttft_ms) / 1e3, float(r.silicon_tpot_ms) / 1e3
     clients = int(r.decode_batch_size) * int(r.decode_num_workers)
@@ -35,12 +35,15 @@ def test_qwen3_32b_row_needs_98_percent_of_its_prefill_pool_not_more_than_its_pe
     fraction = load_serving_efficiency("hopper").gemm_peak_fraction
     assert round(per_s, 1) == 23.1 and round(need / 1e15, 1) == 6.1 and round(peak / 1e15, 1) == 9.9
     assert need < peak and round(100 * need / peak) == 61
-    assert round(100 * need / (peak * fraction)) == 98
+    # 6.1 / (9.9 x 0.634) = 97% (98% at the fractions 0.6241-0.6266 before the session-59 refit)
+    assert round(100 * need / (peak * fraction)) == 97
     one_prefill_s = prompt_flop / (peak / 5 * fraction)
-    assert round(one_prefill_s * 1e3) == 212          # 211 at session 53's fraction 0.6266
+    # 262 TFLOP / (1,978.9 x 0.634 TFLOP/s) = 209 ms at session 59's fraction 0.634
+    # (211 at session 53's 0.6266, 212 at 0.6241 and 0.626)
+    assert round(one_prefill_s * 1e3) == 209
     assert round(ttft_s / one_prefill_s, 1) == 2.7
-    for text in ("6.1 PFLOP/s", "61% of their 9.9 PFLOP/s dense FP8 peak", "= 98% of what they reach",
-                 "2.7 one-prompt prefills", "= 212 ms"):
+    for text in ("6.1 PFLOP/s", "61% of their 9.9 PFLOP/s dense FP8 peak", "= 97% of what they reach",
+                 "2.7 one-prompt prefills", "= 209 ms", "gemm_peak_fraction`` 0.634", "9.9 x 0.634"):
         assert text in DOC, text
     assert "4.9 PFLOP/s" not in DOC
 
