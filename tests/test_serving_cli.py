@@ -277,7 +277,8 @@ def test_a_stack_file_of_ones_own_sets_the_engine_hold_flags(tmp_path):
     # add at most 20 TPOTs, and at four clients the prompt share is small: most of that
     assert 0.9 * 20 * held["tpot_ms"] < rise <= 20 * held["tpot_ms"]
     # the README gives this example's two TTFTs (it said 242.3 after a refit moved the held one to 242.2;
-    # the session-58 refit, Blackwell's decode HBM fraction 0.8536 -> 0.8455, 107.0 -> 242.2 to 107.3 -> 243.1)
+    # the session-58 refit, Blackwell's decode HBM fraction 0.8536 -> 0.8455, 107.0 -> 242.2 to 107.3 -> 243.1;
+    # the session-59 refit, 0.8455 -> 0.8807 and request host 10.26 -> 8.90 ms, 107.3 -> 243.1 to 103.8 -> 238.3)
     readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
     assert f"`context_wait_steps: 20` this prints TTFT {base['ttft_ms']:.1f} -> {held['ttft_ms']:.1f} ms" in readme
     # a bad value in such a file is a one-line error naming the field
