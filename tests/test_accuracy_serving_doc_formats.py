@@ -19,7 +19,8 @@ GPUS = {"A100 80 GB": "a100-sxm-80gb", "V100": "v100-sxm-32gb", "MI250X": "mi250
 
 def _paragraph() -> str:
     # the newest such paragraph: each refit requotes the list at the committed factors (session 58
-    # after its refit: A100 80 GB bf16 511.2 -> 504.2 ms, fp8 428.7), the older ones stay as quoted
+    # after its refit: A100 80 GB bf16 511.2 -> 504.2 ms, fp8 428.7; session 59 after its refit:
+    # 504.2 -> 505.0 ms, fp8 427.9), the older ones stay as quoted
     text = " ".join(DOC.read_text().split())
     start = text.rindex("Other unmeasured GPUs on `dgx-h100`")
     return text[start:text.index("## ", start) if "## " in text[start:] else len(text)]
