@@ -438,7 +438,9 @@ def test_the_header_says_when_a_format_runs_weight_only():
     native = run(*SIM, "--tp", 4).stdout            # fp8 on H100: its own tensor cores
     assert "(weights fp8, KV 16-bit)" in native
     plan = run("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-a100-80gb", "-n", 1, "--precision", "fp8").stdout
-    assert plan.splitlines()[0].endswith("weights fp8 weight-only in bf16")
+    # (serve plan's default checkpoint for Llama-3.1-8B fp8 is NVIDIA's FP8 export, whose
+    # hf_quant_config.json names an FP8 KV cache, which vLLM reads: simulator/serving/checkpoints.py)
+    assert plan.splitlines()[0].endswith("weights fp8 weight-only in bf16, KV 8-bit")
 
 
 def test_a_request_longer_than_the_models_context_is_refused_by_simulate_and_plan():
@@ -578,3 +580,19 @@ def test_an_expert_split_on_a_dense_model_is_refused_even_when_it_equals_tp():
     for args in (["--tp", "4", "--moe-tp", "4"], ["--mode", "disagg", "--decode-moe-ep", "1"]):
         r = CliRunner().invoke(main, ["serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", *args])
         assert r.exit_code == 2 and "is dense: it has no routed experts to split" in r.stderr, r.output
+
+
+@pytest.mark.parametrize("backend, precision, bits", [("trtllm", "nvfp4", 8), ("vllm", "bf16", 16)])
+def test_serve_plan_says_which_kv_cache_it_priced(backend, precision, bits):
+    # `--kv-cache-dtype auto` is resolved by the stack and the checkpoint; the plan's header and JSON
+    # must say what was priced, as serve simulate's header does: TensorRT-LLM reads the KV dtype of
+    # an NVFP4 ModelOpt export, which names an FP8 KV cache (1 byte an element, 8-bit); vLLM's 16-bit
+    # release keeps the model's 16-bit KV (2 bytes). Before, the header named only the weights and the
+    # JSON echoed "auto"
+    args = ["serve", "plan", "-m", "llama3.1-70b", "-s", "dgx-b200", "-n", 8, "-b", backend, "--precision", precision]
+    out = run(*args)
+    assert out.exit_code == 0, out.output
+    assert f"KV {bits}-bit" in out.output.splitlines()[0]
+    data = json.loads(run(*args, "--json").output)
+    assert data["kv_bytes_per_element"] == bits / 8
+    assert data["request"]["kv_cache_dtype"] == "auto"          # the request echoes what was asked

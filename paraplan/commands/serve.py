@@ -651,7 +651,8 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
     b, refused = plan.best, plan.engine_refused_best
     lines = [f"serving plan for {ctx.model.name} on {gpus} x {ctx.cluster.gpu.name} ({ctx.cluster.name}), "
              f"stack {ctx.stack.name}, weights {format_text(ctx.dense_format, ctx.cluster.gpu)}"
-             + (f" / experts {format_text(ctx.expert_format, ctx.cluster.gpu)}" if ctx.model.moe else ""),
+             + (f" / experts {format_text(ctx.expert_format, ctx.cluster.gpu)}" if ctx.model.moe else "")
+             + f", KV {int(ctx.kv_bytes * 8)}-bit",
              f"objective: mean TTFT <= {ttft_ms:g} ms, mean TPOT <= {tpot_ms:g} ms (p90 TTFT: the best line, --csv, --json); "
              f"{plan.evaluated:,} candidates scored in "
              f"{plan.wall_s:.2f} s" + _prior_note(ctx) + _extrapolation_note(ctx, int((opts or {}).get("isl") or 0)), ""]
@@ -837,6 +838,9 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                    "tokens_per_step": ctx.tokens_per_step_at(opts["osl"])}
         text = dump_json({"request": request, "best": best, "why": plan.why, "front": _records(plan.front, moe),
                           "evaluated": plan.evaluated, "efficiency_fitted": not ctx.efficiency.prior,
+                          # the KV cache priced (``auto`` resolved by the stack and the checkpoint), as
+                          # serve simulate --json gives it; the request echoes what was asked
+                          "kv_bytes_per_element": ctx.kv_bytes,
                           # how far the fitted model was off on measured runs of this engine, per mode
                           "validation_error": {m: ctx.validation_error(m) for m in search},
                           "without_drafting": None if without is None else without["best"],
