@@ -310,7 +310,7 @@ def activation_quant_s(model: ModelSpec, rates: LayerRates, tp, tokens, inputs, 
     h = model.hidden_size
     tp = _f(tp)
     T = _f(tokens)
-    per_elem = (ACT_BYTES + QUANT_ACT_BYTES.get(weight_format, 1.0)) / rates.hbm_bytes_per_s
+    per_elem = (ACT_BYTES + QUANT_ACT_BYTES[weight_format]) / rates.hbm_bytes_per_s
     keep = np.where(norm_fused, 0.0, 1.0)
     widths = {"qkv": h * keep, "o_proj": model.num_heads * model.head_dim / tp, "gate_up": h * keep,
               "down": ffn / tp}

@@ -61,6 +61,11 @@ ACTIVATION_QUANT_INPUTS = ("qkv", "o_proj", "gate_up", "down")
 #: and the norm also quantises (``allreduce_norm_fusion``: TensorRT-LLM
 #: ``AllReduceFusionOp.RESIDUAL_RMS_NORM_QUANT_FP8`` / ``_QUANT_NVFP4``)
 NORM_FOLLOWED_INPUTS = ("qkv", "gate_up")
+#: the weight formats whose GEMMs take quantised activations (W8A8: per-tensor FP8, block-scaled
+#: FP8 with per-token-group activation scales; W4A4: NVFP4), the only keys
+#: ``activation_quant_inputs`` takes: a 16-bit or weight-only format (int4_wo, mxfp4 experts)
+#: multiplies 16-bit activations and quantises none
+ACTIVATION_QUANT_FORMATS = ("fp8", "fp8_block", "nvfp4")
 #: plausibility bounds of the host times (seconds per step or launch) and the reserve (GiB)
 MAX_HOST_S = 1.0
 MAX_RESERVED_GIB = 1024.0
@@ -308,14 +313,14 @@ class ServingBehaviour:
                              "choose from " + ", ".join(STACK_WEIGHT_FORMATS) + "; an empty list means none")
         object.__setattr__(self, "native_only_formats", tuple(f.strip().lower() for f in formats))
         quant = self.activation_quant_inputs
-        fix = ("a mapping of weight format -> list of " + ", ".join(ACTIVATION_QUANT_INPUTS)
-               + ", e.g. {nvfp4: [qkv, gate_up, down]}")
+        fix = ("a mapping of weight format (" + ", ".join(ACTIVATION_QUANT_FORMATS) + ") -> list of "
+               + ", ".join(ACTIVATION_QUANT_INPUTS) + ", e.g. {nvfp4: [qkv, gate_up, down]}")
         if not isinstance(quant, Mapping):
             raise InputError(f"{where}.activation_quant_inputs", f"must be a mapping, got {quant!r}", fix)
         checked = {}
         for fmt, inputs in quant.items():
             key = str(fmt).strip().lower()
-            if key not in STACK_WEIGHT_FORMATS or isinstance(inputs, str) or not isinstance(inputs, (list, tuple)) \
+            if key not in ACTIVATION_QUANT_FORMATS or isinstance(inputs, str) or not isinstance(inputs, (list, tuple)) \
                     or not all(isinstance(i, str) and i in ACTIVATION_QUANT_INPUTS for i in inputs) \
                     or len(set(inputs)) != len(inputs):
                 raise InputError(f"{where}.activation_quant_inputs", f"bad entry {fmt!r}: {inputs!r}", fix)

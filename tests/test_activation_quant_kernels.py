@@ -103,3 +103,14 @@ def test_bad_entries_are_refused_naming_the_field():
     for bad in ({"nvfp4": ["qkv", "lm_head"]}, {"fp5": ["qkv"]}, {"nvfp4": "qkv"}, {"nvfp4": ["qkv", "qkv"]}):
         with pytest.raises(InputError, match="activation_quant_inputs"):
             ServingBehaviour(activation_quant_inputs=bad)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "int4_wo", "mxfp4"])
+def test_a_format_that_multiplies_16_bit_activations_is_refused_as_a_key(fmt):
+    # 16-bit GEMMs and weight-only formats (int4_wo; MXFP4 experts as the engines run them beside
+    # 16-bit activations) quantise no activation, so a stack listing one would have been charged
+    # one kernel and a made-up 1-byte write per input (Llama-3.1-70B tp 1: 320 kernels a step)
+    with pytest.raises(InputError, match="activation_quant_inputs"):
+        ServingBehaviour(activation_quant_inputs={fmt: ["qkv", "o_proj", "gate_up", "down"]})
+    for ok in ("fp8", "fp8_block", "nvfp4"):
+        assert ServingBehaviour(activation_quant_inputs={ok: ["down"]}).quant_inputs(ok) == ("down",)
