@@ -24,7 +24,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import Formatter, FuncFormatter
 
 from hardware_specs.efficiency_model import PRIOR_MARK
 from hardware_specs.errors import InputError, suggest, whole_number
@@ -232,22 +232,78 @@ def _finish(fig: Figure, path: str | Path | None, df: pd.DataFrame | None = None
     return fig
 
 
+def _count_scale(magnitude: float) -> tuple[float, str]:
+    """(divisor, suffix) for a count of ``magnitude``: 1e6 "M" from a million, 1e3 "k" from a thousand."""
+    return (1e6, "M") if magnitude >= 1e6 else (1e3, "k") if magnitude >= 1e3 else (1.0, "")
+
+
+def _decimals(values: Sequence[float], cap: int = 3) -> int:
+    """The fewest decimals (at most ``cap``) that write every value exactly, to a part in a million.
+
+    For tick positions, all multiples of the locator's step, this is the step's decimals: a
+    2.5 step (272.5k) needs one, a 5 step none, so neighbouring ticks never share a label.
+    """
+    vals = np.asarray(values, dtype=float)
+    vals = vals[np.isfinite(vals)]
+    for d in range(cap + 1):
+        scaled = vals * 10 ** d
+        if np.all(np.abs(scaled - np.round(scaled)) <= 1e-6 * np.maximum(1.0, np.abs(scaled))):
+            return d
+    return cap
+
+
+def _strip_zeros(text: str) -> str:
+    """'272.50' -> '272.5', '270.0' -> '270': no trailing zeros after the point."""
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def _thousands(x, _pos=None) -> str:
-    if abs(x) >= 1e6:
-        return f"{x / 1e6:.1f}M"
-    if abs(x) >= 1e3:
-        return f"{x / 1e3:.0f}k"
-    return f"{x:.0f}"
+    """One count (tokens/s) in three significant figures: 1500 -> '1.5k', 272345 -> '272k', 1.25e6 -> '1.25M'."""
+    if not np.isfinite(x):
+        return f"{x}"
+    rounded = float(f"{x:.3g}")      # first, so 999,700 is '1M', not '1000k'
+    scale, suffix = _count_scale(abs(rounded))
+    return _strip_zeros(f"{rounded / scale:.3f}") + suffix
+
+
+def count_tick_labels(ticks: Sequence[float]) -> list[str]:
+    """Labels of an axis's count ticks like 270k / 272.5k / 1.2M, one scale for the axis.
+
+    The decimals come from the tick step (``_decimals`` of the ticks in the scale), so distinct
+    ticks get distinct labels (272500 -> '272.5k', not '272k'); trailing zeros are dropped ('270k'),
+    and zero is '0'.
+    """
+    vals = np.asarray(ticks, dtype=float)
+    finite = vals[np.isfinite(vals)]
+    scale, suffix = _count_scale(float(np.abs(finite).max()) if finite.size else 0.0)
+    digits = _decimals(finite / scale)
+    return ["0" if v == 0 else _strip_zeros(f"{v / scale:.{digits}f}") + suffix for v in vals]
+
+
+class _CountFormatter(Formatter):
+    """A matplotlib formatter writing ``count_tick_labels`` of the axis's current major ticks."""
+
+    def set_locs(self, locs) -> None:
+        self._tick_locs = list(locs)       # not ``self.locs``: Matplotlib 3.11 deprecates that attribute
+
+    def _ticks(self) -> list[float]:
+        locs = list(getattr(self, "_tick_locs", None) or [])
+        if not locs and self.axis is not None:
+            locs = list(self.axis.get_majorticklocs())
+        return locs
+
+    def format_ticks(self, values) -> list[str]:
+        self.set_locs(values)
+        return count_tick_labels(values)
+
+    def __call__(self, x, pos=None) -> str:
+        ticks = self._ticks()
+        return count_tick_labels([*ticks, x])[-1] if ticks else _thousands(x)
 
 
 def _count_axis(axis) -> None:
-    """Tick labels like 210k / 1.2M, with a decimal more when the visible range is narrow."""
-    lo, hi = axis.get_view_interval()
-    span = abs(hi - lo)
-    scale, suffix = (1e6, "M") if max(abs(lo), abs(hi)) >= 1e6 else (1e3, "k") if max(abs(lo), abs(hi)) >= 1e3 \
-        else (1.0, "")
-    digits = 0 if span / scale >= 8 else 1 if span / scale >= 0.8 else 2
-    axis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v / scale:.{digits}f}{suffix}"))
+    """Tick labels like 210k / 272.5k / 1.2M, with the decimals the tick step needs (``count_tick_labels``)."""
+    axis.set_major_formatter(_CountFormatter())
 
 
 #: the mark of a row whose ``fits`` is False: its GPU memory, or the host memory its offload needs
@@ -617,7 +673,7 @@ def scaling(data: Any, path: str | Path | None = None, *, x: str = "n_gpus", hue
     ax.set_xlabel("GPUs" if gpu_axis else x)
     ax.set_ylabel("throughput (tokens/s); % = of " + ("linear scaling" if gpu_axis else "the fastest point"))
     ax.set_ylim(0, max(top) * 1.1)
-    ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
+    _count_axis(ax.yaxis)
     ax.grid(alpha=0.3)
     ax2.set_ylabel(f"MFU (% of the {_mfu_reference(df)} peak)", color="#DD8452" if hue is None else "black")
     ax2.set_ylim(0, max(60.0, max(mfu_top) * 1.2))
