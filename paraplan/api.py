@@ -157,6 +157,21 @@ def check_field(name: str) -> str:
 _MAX_INT_DIGITS = 100
 
 
+#: the unit a float field is given in, read from the end of its name, and a typical value (none
+#: where the fields ending so differ too much for one)
+_FIELD_UNITS = (("_gbit_per_s", "Gb/s", "400"), ("_tb_per_s", "TB/s", "3.35"), ("_gib", "GiB", "80"),
+                ("_scale", "the factor", "1.5"), ("_imbalance", "the ratio", "1.2"),
+                ("_fraction", "the fraction", "0.5"), ("_bytes", "bytes", None), ("_elements", "elements", None))
+
+
+def _plain_number_fix(field: str) -> str:
+    """The fix for a float ``field`` given as text that is not a number: its unit, read from its
+    name (``scaleout_gbit_per_s`` is in Gb/s, ``hbm_tb_per_s`` in TB/s), and a typical value. Not
+    the number the text starts with: '3350GB/s' is not 3350 TB/s, nor '50GB/s' 50 Gb/s."""
+    unit, example = next(((u, e) for end, u, e in _FIELD_UNITS if field.endswith(end)), ("it", None))
+    return f"give {unit} as a plain number" + (f", e.g. {example}" if example else ", without a unit")
+
+
 def coerce_value(field: str, value: Any) -> Any:
     """``value`` (often a command-line string) converted to the type ``field`` takes.
 
@@ -189,7 +204,7 @@ def coerce_value(field: str, value: Any) -> Any:
         try:
             return float(text)
         except ValueError:
-            raise InputError(field, f"expected a number, got {value!r}") from None
+            raise InputError(field, f"expected a number, got {value!r}", _plain_number_fix(field)) from None
     if field in _BOOL_FIELDS:
         low = text.lower()
         if low in ("1", "true", "yes", "on"):

@@ -164,10 +164,13 @@ def _keyword_error(exc: InputError, given: Iterable[str]) -> InputError:
 
 def _refuse_unknown(context: Mapping[str, Any], what: str, known: tuple[str, ...]) -> None:
     """``InputError`` naming the first keyword of ``context`` not in ``CONTEXT_FIELDS``, with the
-    nearest of ``known``."""
+    nearest of ``known`` (difflib, ``suggest``), or all of ``known`` where none is near."""
     unknown = sorted(set(context) - set(CONTEXT_FIELDS))
     if unknown:
-        raise InputError(unknown[0], f"not an input of {what}", suggest(unknown[0], known))
+        hint = suggest(unknown[0], known)
+        if not hint.startswith("did you mean"):     # no close name: all of them, not the first 12 and '...'
+            hint = "known: " + ", ".join(sorted(known))
+        raise InputError(unknown[0], f"not an input of {what}", hint)
 
 
 def serving_context(model: str | ModelSpec, system: str, backend: str = "vllm", *,
@@ -338,7 +341,7 @@ def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 102
     ``serve plan --emit`` / ``serve simulate --emit`` say whether a layout launches.
     ``candidates`` and ``front`` are the search's, whatever launches. On a dense model the
     expert-split columns are NaN (``EXPERT_SPLIT_DTYPES``), as serve plan's --json gives null."""
-    _refuse_unknown(context, "a serving plan", CONTEXT_FIELDS)
+    _refuse_unknown(context, "a serving plan", _PLAN_KEYWORDS)     # its own keywords too: tpot -> tpot_ms
     ctx = serving_context(model, system, **context)
     # "agg" is one mode, not three letters; "both" as on the command line
     if isinstance(modes, str):
