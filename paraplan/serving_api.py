@@ -338,6 +338,9 @@ def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 102
     the SLO launches, and on a stack with no launch export (a stack file whose framework is not
     vllm, sglang or trtllm), ``best`` is the search's winner and ``engine_refused_best`` None, as
     ``serve plan`` headlines the winner there (saying the engine cannot launch it as priced);
+    ``launch_refusal`` then says why the engine cannot launch ``best`` as priced, the line ``serve
+    plan`` prints under its headline (and ``--json``'s ``launch_refusal``), also the last line of
+    ``why`` before the notes; None where ``best`` launches.
     ``serve plan --emit`` / ``serve simulate --emit`` say whether a layout launches.
     ``candidates`` and ``front`` are the search's, whatever launches. On a dense model the
     expert-split columns are NaN (``EXPERT_SPLIT_DTYPES``), as serve plan's --json gives null."""
@@ -360,6 +363,8 @@ def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 102
     # serve plan's headline: the best layout the engine can launch, the refused winner beside it
     # (before the dense model's expert split is blanked: a launch is built from the row's degrees)
     plan = engine_best(plan, ctx, request, ttft_ms, tpot_ms, gpus, modes)
+    if plan.launch_refusal is not None:     # no layout meeting the SLO launches: say so, as serve plan
+        plan = replace(plan, why=[*plan.why, f"launch: {plan.launch_refusal}"])
     plan = plan if ctx.model.moe is not None else _without_expert_split(plan)
     # the columns and notes serve plan shows: efficiency_fitted, the drafts, the prior notes in why
     return serving_priors.labelled_plan(plan, ctx)

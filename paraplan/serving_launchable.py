@@ -152,12 +152,31 @@ def engine_plan(plan: ServingPlan, ctx, request: LaunchRequest, ttft_ms: float, 
     only where one launches."""
     row, _, rank, meeting, first_err = launchable_best(plan, ctx, request)
     if row is None:
-        return plan, no_launch_error(ctx.stack.framework, meeting, first_err)
+        err = no_launch_error(ctx.stack.framework, meeting, first_err)
+        return replace(plan, launch_refusal=launch_refusal(plan.best, ctx, request, err)), err
     if rank == 0:
         return plan, None
     better = with_best(plan, row.name, ttft_ms, tpot_ms, gpus, request.rank_by, modes)
     return replace(better, engine_refused_best=RefusedBest(row=plan.best, refusal=f"{first_err.field}: "
                                                                                   f"{first_err.message}")), None
+
+
+def launch_refusal(best, ctx, request: LaunchRequest, unlaunchable: InputError | None = None) -> str | None:
+    """The line ``serve plan`` prints under its headline where the engine cannot launch ``best``
+    (a plan row) as priced, None where it launches (or ``best`` is None): with ``unlaunchable``
+    (``engine_plan``'s error, no layout meeting the SLO launches) that error and its way out, else
+    the engine's refusal of ``best`` (``launch_of_row``)."""
+    if best is None:
+        return None
+    why_not = launch_of_row(best, ctx, request)[1]
+    if why_not is None:
+        return None
+    fw = ctx.stack.framework
+    if unlaunchable is not None:        # --emit has nothing to launch: say so, and its way out
+        return (f"no layout {fw} can launch meets the SLO, so --emit has nothing to launch: "
+                f"{unlaunchable.message}; {unlaunchable.fix}")
+    return (f"{fw} cannot launch it as priced ({why_not.field}: {why_not.message}); --emit on this "
+            f"plan launches the best layout {fw} can run")
 
 
 def engine_best(plan: ServingPlan, ctx, request: LaunchRequest, ttft_ms: float, tpot_ms: float, gpus: int,
@@ -167,7 +186,8 @@ def engine_best(plan: ServingPlan, ctx, request: LaunchRequest, ttft_ms: float, 
     engine refuses in ``engine_refused_best`` (its row and the refusal, ``"field: message"``).
     ``plan`` unchanged (``engine_refused_best`` None) where the winner launches, and where no
     layout meeting the SLO launches, the stack's framework having no launch export among them
-    (``serve plan`` then headlines the winner and says the engine cannot launch it as priced)."""
+    (``serve plan`` then headlines the winner and says the engine cannot launch it as priced;
+    ``launch_refusal`` holds that line, ``launch_refusal``)."""
     return engine_plan(plan, ctx, request, ttft_ms, tpot_ms, gpus, modes)[0]
 
 
@@ -185,4 +205,4 @@ def refused_fields(refused: RefusedBest | None) -> dict | None:
 
 
 __all__ = ["LaunchRequest", "RUNNABLE_TRIES", "deployment_of_row", "engine_best", "engine_plan", "launch_of_row",
-           "launchable_best", "layout_launchable", "no_launch_error", "refused_fields"]
+           "launch_refusal", "launchable_best", "layout_launchable", "no_launch_error", "refused_fields"]

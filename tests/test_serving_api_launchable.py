@@ -29,8 +29,12 @@ def _same_best(plan, cli: dict) -> None:
     for k in _BEST_FIELDS:
         api, cmd = plan.best.get(k), cli["best"].get(k)     # a mode's columns only where it was searched
         assert (api is None or pd.isna(api)) and cmd is None or api == cmd, (k, api, cmd)
-    # why is said of that layout, as the CLI's (the API adds the notes the CLI's header carries)
-    assert [w for w in plan.why if not w.startswith("note: ")] == cli["why"]
+    # why is said of that layout, as the CLI's (the API adds the notes the CLI's header carries,
+    # and the line under the headline saying the engine cannot launch it, --json's launch_refusal)
+    assert [w for w in plan.why if not w.startswith(("note: ", "launch: "))] == cli["why"]
+    assert plan.launch_refusal == cli["launch_refusal"]
+    assert [w for w in plan.why if w.startswith("launch: ")] == ([] if plan.launch_refusal is None
+                                                                  else [f"launch: {plan.launch_refusal}"])
 
 
 def _met(plan) -> pd.DataFrame:
@@ -157,3 +161,31 @@ def test_nothing_fits_says_when_the_engine_launches_no_layout_that_fits():
     res = completed("serve", "plan", "-m", "deepseek-r1", "-s", "dgx-h100", "-n", "9", "--mode", "disagg")
     assert res.returncode == 2
     assert ", but vllm cannot launch any layout that fits)" in res.stderr, res.stderr
+
+
+def test_a_best_the_engine_cannot_launch_says_so_in_the_plan():
+    """Where no layout meeting the SLO launches, ``best`` is the search's winner and the plan says
+    the engine cannot launch it (``launch_refusal``, and in ``why``), as serve plan's text does
+    under its headline. It said nothing: a notebook got a plan the engine cannot run.
+
+    Llama-3.1-70B on 8 B200, disaggregated only: vLLM ships no router for disaggregated prefill and
+    decode workers (vllm/docs/features/disagg_prefill.md). Llama-3.1-405B in bf16 on 16 H100 at
+    TPOT 200 ms: 405e9 x 2 bytes = 810 GB of weights, more than one host's 8 x 80 GB = 640 GB, so
+    every layout spans two hosts, and a tensor x pipeline group over hosts runs in vLLM only under
+    Ray (the vLLM export's placement rule, ``paraplan.exports.vllm_serve.refusal``)."""
+    disagg = serve_plan("llama3.1-70b", "dgx-b200", 8, tpot_ms=30.0, modes="disagg", backend="vllm")
+    assert disagg.best["mode"] == "disagg" and disagg.engine_refused_best is None
+    assert "vLLM ships no router for disaggregated prefill and decode workers" in disagg.launch_refusal
+    assert f"launch: {disagg.launch_refusal}" in disagg.why
+    big = serve_plan("llama3.1-405b", "dgx-h100", 16, tpot_ms=200.0, precision="bf16", backend="vllm")
+    assert int(big.best["gpus_used"]) > 8 and big.engine_refused_best is None
+    assert "spans hosts of 8" in big.launch_refusal and "Ray" in big.launch_refusal
+    assert f"launch: {big.launch_refusal}" in big.why
+    out = completed("serve", "plan", "-m", "llama3.1-405b", "-s", "dgx-h100", "-n", "16", "--tpot-ms", "200",
+                    "--precision", "bf16").stdout
+    assert f"\n      {big.launch_refusal}\n" in out
+    _same_best(big, _cli_json("-m", "llama3.1-405b", "-s", "dgx-h100", "-n", "16", "--tpot-ms", "200",
+                              "--precision", "bf16"))
+    # a best the engine launches: nothing said
+    agg = serve_plan("llama3.1-70b", "dgx-b200", 8, tpot_ms=30.0, modes="agg", backend="vllm")
+    assert agg.launch_refusal is None and not any(w.startswith("launch: ") for w in agg.why)

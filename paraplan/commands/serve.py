@@ -676,17 +676,13 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
                  f"{b['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {b['tokens_per_s_per_user']:.1f} tokens/s/user")
     if opts is not None:
         lines.append(f"      as one deployment: {simulate_command(b, {**opts, 'gpus': gpus}, moe=ctx.model.moe is not None)}")
-        from paraplan.serving_launchable import launch_of_row
-        why_not = launch_of_row(b, ctx, launch_request(opts))[1]
-        fw = ctx.stack.framework
+        from paraplan.serving_launchable import launch_refusal
+        # one wording with ServingPlan.launch_refusal and --json's launch_refusal
+        why_not = launch_refusal(b, ctx, launch_request(opts), unlaunchable)
         if why_not is None:
-            lines.append(f"      its {fw} launch script: add --emit (to this plan or to that command)")
-        elif unlaunchable is not None:      # --emit has nothing to launch: say so, and its way out
-            lines.append(f"      no layout {fw} can launch meets the SLO, so --emit has nothing to launch: "
-                         f"{unlaunchable.message}; {unlaunchable.fix}")
+            lines.append(f"      its {ctx.stack.framework} launch script: add --emit (to this plan or to that command)")
         else:
-            lines.append(f"      {fw} cannot launch it as priced ({why_not.field}: {why_not.message}); --emit on this "
-                         f"plan launches the best layout {fw} can run")
+            lines.append(f"      {why_not}")
     if refused is not None:
         r = refused.row
         more = float(r["tokens_per_s_per_gpu"]) / float(b["tokens_per_s_per_gpu"])
@@ -845,7 +841,10 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                           "validation_error": {m: ctx.validation_error(m) for m in search},
                           "without_drafting": None if without is None else without["best"],
                           # the search's winner the engine cannot launch as priced (null where it can)
-                          "engine_refused_best": refused_fields(plan.engine_refused_best)})
+                          "engine_refused_best": refused_fields(plan.engine_refused_best),
+                          # why the engine cannot launch best as priced (null where it can), as
+                          # the text's line under the headline
+                          "launch_refusal": plan.launch_refusal})
     elif as_csv:
         buf = io.StringIO()
         rows = _plan_rows(plan.front, moe)

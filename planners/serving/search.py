@@ -93,6 +93,10 @@ class ServingPlan:
         engine_refused_best: None from the search; where a caller replaced ``best`` by the best
             layout the engine can launch (``with_best``, ``paraplan.serving_launchable``), the
             search's winner the engine refuses and why (``RefusedBest``).
+        launch_refusal: None from the search; where a caller checked ``best`` against the engine
+            (``paraplan.serving_launchable.engine_plan``), the one line ``serve plan`` prints when
+            the engine cannot launch ``best`` as priced (vLLM's missing disaggregated router, a
+            tensor x pipeline group spanning hosts, ...); None where it launches.
     """
 
     candidates: pd.DataFrame
@@ -102,6 +106,7 @@ class ServingPlan:
     evaluated: int = 0
     wall_s: float = 0.0
     engine_refused_best: RefusedBest | None = None
+    launch_refusal: str | None = None
 
 
 def _with_fitting_batches(cols: dict, max_batch: int, evaluate) -> tuple[dict, dict]:
