@@ -31,9 +31,12 @@ peak, as every command shows MFU: ``paraplan.mfu``; ``mfu_fp16_pct`` on V100), `
 from ``MEMORY_PARTS``), ``hbm_gib``, ``headroom_gib`` (HBM left free; negative: GiB over the HBM for a row that does not fit),
 ``host_memory_gib`` (host memory per GPU that activation offload needs; 0 without offload), ``fits``
 (with the headroom a run keeps and the host memory the job's hosts hold, ``simulator.headroom.step_fits``,
-as ``paraplan simulate``), ``scaleout_gbit_per_s``, ``scaleup_gbit_per_s`` and
+as ``paraplan simulate``), ``scaleout_gbit_per_s``, ``scaleup_gbit_per_s``,
 ``efficiency_fitted`` (False: the times rest on an unfitted prior efficiency model, see
-``paraplan.priors``; say so beside any conclusion drawn from them).
+``paraplan.priors``; say so beside any conclusion drawn from them), ``hbm_tb_per_s`` (the
+device-memory bandwidth priced, TB/s = 10^12 bytes/s: the GPU's datasheet value or the
+``hbm_tb_per_s`` what-if) and ``peak_flops_scale`` (the what-if's factor on the datasheet's peak
+FLOP/s, 1.0 without one): so rows of sweeps over what-if hardware say what they were run on.
 
 Example::
 
@@ -111,7 +114,8 @@ ROW_COLUMNS = ("config", "model", "cluster", "gpu", "stack", "n_gpus", "seq_len"
     "global_batch_tokens", "num_microbatches", "step_time_s") + TIME_PARTS + (
     "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu_bf16_pct", "hfu_bf16_pct",
     "memory_gib") + MEMORY_COLUMNS + ("hbm_gib", "headroom_gib", "host_memory_gib", "fits",
-                                      "scaleout_gbit_per_s", "scaleup_gbit_per_s", "efficiency_fitted")
+                                      "scaleout_gbit_per_s", "scaleup_gbit_per_s", "efficiency_fitted",
+                                      "hbm_tb_per_s", "peak_flops_scale")
 
 
 def row_columns(gpu: GPUSpec) -> list[str]:
@@ -452,11 +456,13 @@ HEADROOM_EXTRA = "headroom_required_bytes"
 
 def report_row(report: StepReport, model: ModelSpec | None = None,
                cluster: ClusterSpec | None = None, stack: str | None = None,
-               efficiency: EfficiencyModel | None = None) -> dict:
+               efficiency: EfficiencyModel | None = None, peak_flops_scale: float | None = None) -> dict:
     """One result row (a dict with the ``ROW_COLUMNS``) from a ``StepReport``; ``stack``: the name
     of the software stack it ran (None when not known); ``efficiency``: the efficiency model it
     was simulated with when not the cluster's own (``efficiency_fitted`` says whether that one is
-    fitted)."""
+    fitted); ``peak_flops_scale``: the ``what_if_gpu`` factor ``cluster``'s GPU peaks carry (None:
+    none, 1.0). Without ``cluster`` the link and ``hbm_tb_per_s`` columns are NaN (not known),
+    ``peak_flops_scale`` too unless given."""
     config = dict(report.config)
     row: dict[str, Any] = {"config": config_label(config), "model": report.model, "cluster": report.cluster,
                            "gpu": report.gpu, "stack": stack, "n_gpus": int(report.n_gpus),
@@ -487,6 +493,10 @@ def report_row(report: StepReport, model: ModelSpec | None = None,
     row["scaleout_gbit_per_s"] = cluster.scaleout.bw_bytes_per_s / GBIT if cluster is not None else np.nan
     row["scaleup_gbit_per_s"] = cluster.scaleup.bw_bytes_per_s / GBIT if cluster is not None else np.nan
     row["efficiency_fitted"] = _efficiency_fitted(cluster, efficiency) if cluster is not None else None
+    # the hardware what-ifs the row was priced with (the GPU's own numbers where none)
+    row["hbm_tb_per_s"] = cluster.gpu.hbm_bw_bytes_per_s / 1e12 if cluster is not None else np.nan
+    row["peak_flops_scale"] = (float(peak_flops_scale) if peak_flops_scale is not None
+                               else 1.0 if cluster is not None else np.nan)
     return row
 
 
@@ -602,7 +612,8 @@ def simulate(model: str | ModelSpec, cluster: str | ClusterSpec, **fields) -> pd
     report, model_spec, cluster_spec = simulate_report(model, cluster, **fields)
     stack = fields.get("stack") or DEFAULT_STACK
     stack_name = stack.name if isinstance(stack, StackSpec) else str(stack)
-    return pd.DataFrame([report_row(report, model_spec, cluster_spec, stack_name, fields.get("efficiency"))],
+    return pd.DataFrame([report_row(report, model_spec, cluster_spec, stack_name, fields.get("efficiency"),
+                                    fields.get("peak_flops_scale"))],
                         columns=row_columns(cluster_spec.gpu))
 
 
@@ -667,7 +678,8 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
     for col in df.columns:                            # categorical names -> plain strings
         if isinstance(df[col].dtype, pd.CategoricalDtype):
             df[col] = df[col].astype(str)
-    df = _with_plan_columns(df.reset_index(drop=True), model_spec, cluster_spec, gpus, constraints.get("efficiency"))
+    df = _with_plan_columns(df.reset_index(drop=True), model_spec, cluster_spec, gpus, constraints.get("efficiency"),
+                            peak_flops_scale)
     df.attrs["explain"] = getattr(result, "explain", "")
     # how many configurations fit, of which the table keeps ``len(df)`` (``max_plans``): a
     # figure of the table says it was cut (``plots.pareto``); ``fit_exact`` False: "at least"
@@ -743,16 +755,20 @@ def _planner_dtypes(dtype: Any, dtypes: Any) -> Any:
 
 
 def _with_plan_columns(df: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec, gpus: int,
-                       efficiency: EfficiencyModel | None = None) -> pd.DataFrame:
-    """Add the columns :func:`simulate` rows have and a planner table may lack (names, GiB, label);
-    ``efficiency``: the model the search was given, if any."""
+                       efficiency: EfficiencyModel | None = None,
+                       peak_flops_scale: float | None = None) -> pd.DataFrame:
+    """Add the columns :func:`simulate` rows have and a planner table may lack (names, GiB, label,
+    the hardware what-ifs); ``efficiency``: the model the search was given, if any;
+    ``peak_flops_scale``: the ``what_if_gpu`` factor on ``cluster``'s GPU peaks (None: 1.0)."""
     df = mfu_pct_columns(df, cluster.gpu)
     for col, value in (("model", model.name), ("cluster", cluster.name), ("gpu", cluster.gpu.name),
                        ("n_gpus", gpus), ("seq_len", model.seq_len),
                        ("scaleout_gbit_per_s", cluster.scaleout.bw_bytes_per_s / GBIT),
                        ("scaleup_gbit_per_s", cluster.scaleup.bw_bytes_per_s / GBIT),
                        ("hbm_gib", cluster.gpu.hbm_bytes / GIB),
-                       ("efficiency_fitted", _efficiency_fitted(cluster, efficiency))):
+                       ("efficiency_fitted", _efficiency_fitted(cluster, efficiency)),
+                       ("hbm_tb_per_s", cluster.gpu.hbm_bw_bytes_per_s / 1e12),
+                       ("peak_flops_scale", 1.0 if peak_flops_scale is None else float(peak_flops_scale))):
         if col not in df.columns:
             df[col] = value
     if "memory_gib" not in df.columns and "memory_bytes" in df.columns:
@@ -1024,7 +1040,7 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
             row = {"error": str(exc)}
         failed.append(bool(row["error"]))
         row = {"sweep_field": field, "sweep_value": value, **row}
-        if field in ("gpus", "hbm_tb_per_s", "peak_flops_scale"):   # columns a row has not
+        if field in ("gpus", "hbm_tb_per_s", "peak_flops_scale"):   # a failed row's too
             row[field] = value
         rows.append(row)
         if progress is not None:
@@ -1032,7 +1048,7 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
     # a failed value's row has every result column, empty (a sweep whose values all failed had
     # none: df.tokens_per_s was a KeyError), and one failure no longer turns tp 8 into 8.0
     template = (["sweep_field", "sweep_value", *_sweep_row_columns(base, field, values), "error"]
-                + ([field] if field in ("gpus", "hbm_tb_per_s", "peak_flops_scale") else [])) if all(failed) else []
+                + ([field] if field == "gpus" else [])) if all(failed) else []
     df = sweep_table(rows, failed, template)
     if "gpus" not in df.columns and "n_gpus" in df.columns:
         df["gpus"] = df["n_gpus"]

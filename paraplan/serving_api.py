@@ -31,7 +31,7 @@ from hardware_specs.errors import InputError, suggest
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan import serving_priors
-from paraplan.api import what_if_cluster
+from paraplan.api import GBIT, GIB, what_if_cluster
 from paraplan.sweep_table import sweep_table
 from paraplan.serving_inputs import check_dense, check_release
 from paraplan.serving_launchable import LaunchRequest, engine_best, layout_launchable
@@ -63,6 +63,11 @@ _DEPLOYMENT_COLUMNS = ("model", "system", "gpu", "backend", "dense_format", "exp
 _LATENCY_METRICS = ("ttft_s", "ttft_p90_s", "tpot_s", "latency_s")
 _RATE_METRICS = ("tokens_per_s_per_gpu", "tokens_per_s_per_user")
 _DRAFT_COLUMNS = ("speculative_tokens", "draft_acceptance", "draft_acceptance_is_prior", "draft_model")
+#: the hardware the row was priced on, what-ifs included (the GPU's and fabric's own numbers where
+#: none), so rows of sweeps over what-if hardware say what they ran on: device memory (GiB), its
+#: bandwidth (TB/s = 10^12 bytes/s) and the NIC / NVLink bandwidth per GPU, one direction (Gb/s),
+#: named as ``paraplan.api``'s training rows name them
+_HARDWARE_COLUMNS = ("hbm_gib", "hbm_tb_per_s", "scaleout_gbit_per_s", "scaleup_gbit_per_s")
 
 
 def serving_row_columns(drafting: bool) -> list[str]:
@@ -72,7 +77,8 @@ def serving_row_columns(drafting: bool) -> list[str]:
             "max_batch_per_rank", "fits",
             *(k[:-2] + "_ms" for k in DECODE_PARTS if k != "decode_draft_s" or drafting),
             *(k[:-6] + "_gib" for k in MEMORY_PARTS if k.endswith("_bytes")),
-            "efficiency_fitted", *_DRAFT_COLUMNS, "validation_ttft_err_pct", "validation_tpot_err_pct"]
+            "efficiency_fitted", *_DRAFT_COLUMNS, "validation_ttft_err_pct", "validation_tpot_err_pct",
+            *_HARDWARE_COLUMNS]
 
 
 #: the columns of an expert split: ``moe_tp`` / ``moe_ep`` and their ``prefill_`` / ``decode_``
@@ -226,7 +232,9 @@ def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl:
     ``tokens_per_s_per_user``, ``max_batch_per_rank``, ``fits``, the decode step by part
     (``decode_<part>_ms``), memory per GPU by part (``<part>_gib``), whether the numbers rest on
     fitted factors (``efficiency_fitted``) and how far the fitted model was off on measured runs
-    of this engine (``validation_ttft_err_pct`` / ``validation_tpot_err_pct``, None where none).
+    of this engine (``validation_ttft_err_pct`` / ``validation_tpot_err_pct``, None where none)
+    and the hardware priced, what-ifs included (``hbm_gib``, ``hbm_tb_per_s``,
+    ``scaleout_gbit_per_s``, ``scaleup_gbit_per_s``).
     ``gpus``: the GPUs given (``serve simulate --gpus``; default the workers' own), in whose
     NVLink domains the workers must sit whole (``cost_models.worker_placement``).
     ``context``: the ``serving_context`` keywords (``CONTEXT_FIELDS``)."""
@@ -271,6 +279,9 @@ def _serve_simulate(model, system, *, isl, osl, tp, pp, adp, moe_tp, moe_ep, bat
     rec = ctx.validation_error("agg")
     row["validation_ttft_err_pct"] = rec["ttft_mean_abs_err_pct"] if rec else None
     row["validation_tpot_err_pct"] = rec["tpot_mean_abs_err_pct"] if rec else None
+    gpu, cluster = ctx.cluster.gpu, ctx.cluster
+    row.update(zip(_HARDWARE_COLUMNS, (gpu.hbm_bytes / GIB, gpu.hbm_bw_bytes_per_s / 1e12,
+                                       cluster.scaleout.bw_bytes_per_s / GBIT, cluster.scaleup.bw_bytes_per_s / GBIT)))
     return _typed_expert_split(pd.DataFrame([row]))
 
 
