@@ -187,7 +187,7 @@ def engine_best(plan: ServingPlan, ctx, request: LaunchRequest, ttft_ms: float, 
     ``plan`` unchanged (``engine_refused_best`` None) where the winner launches, and where no
     layout meeting the SLO launches, the stack's framework having no launch export among them
     (``serve plan`` then headlines the winner and says the engine cannot launch it as priced;
-    ``launch_refusal`` holds that line, ``launch_refusal``)."""
+    the plan's ``launch_refusal`` holds that line)."""
     return engine_plan(plan, ctx, request, ttft_ms, tpot_ms, gpus, modes)[0]
 
 
