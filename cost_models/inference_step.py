@@ -47,7 +47,7 @@ from cost_models.params import routed_expert_width
 from cost_models.topology import group_span
 from cost_models.inference_layers import (ACT_BYTES, KERNELS, activation_quant_s, attention_block_s, dense_mlp_s,
                                           elementwise_s, gemm_s, layer_rates, lm_head_s, moe_block_s)
-from cost_models.weight_formats import canonical_format, compute_dtype, native_compute_dtype
+from cost_models.weight_formats import canonical_format, runs_natively
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.serving_efficiency import ServingEfficiency
@@ -64,6 +64,15 @@ STEP_PARTS = ("attention_s", "mlp_s", "elementwise_s", "lm_head_s", "comm_s", "k
 
 def _f(x):
     return np.asarray(x, dtype=float)
+
+
+def norm_fusion_runs(behaviour: ServingBehaviour, tp, adp):
+    """Whether (numpy bool, per row) a tensor-parallel all-reduce runs fused with the residual add
+    and the RMSNorm after it (``ServingBehaviour.allreduce_norm_fusion``): an engine that fuses, an
+    all-reduce to run (tp > 1), no attention data parallelism. ``layer_collectives`` counts one
+    kernel fewer for it, and the fused norm also quantises the next GEMM's input
+    (``activation_quant_s``'s ``norm_fused``)."""
+    return behaviour.allreduce_norm_fusion & (np.asarray(tp) > 1) & (np.asarray(adp) <= 1)
 
 
 def layer_collectives(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, behaviour: ServingBehaviour,
@@ -90,7 +99,7 @@ def layer_collectives(model: ModelSpec, cluster: ClusterSpec, eff: ServingEffici
     comm = n_layers * ar + n_dense * ar
     ar_kernels = np.where(tp > 1, 1.0, 0.0)
     kernels = (n_layers + n_dense) * ar_kernels
-    fused = np.where(behaviour.allreduce_norm_fusion & (adp <= 1), ar_kernels, 0.0)
+    fused = np.where(norm_fusion_runs(behaviour, tp, adp), 1.0, 0.0)
     kernels = kernels - 2.0 * n_dense * fused
     if n_moe:
         group = tp * adp
@@ -268,9 +277,9 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     fmt = canonical_format(dense_format)
     quant = behaviour.quant_inputs(fmt)
     quant_s = 0.0
-    if quant and model.mla is None and compute_dtype(fmt, cluster.gpu) == native_compute_dtype(fmt):
+    if quant and model.mla is None and runs_natively(fmt, cluster.gpu):
         full, window, _ = layer_counts(model)
-        norm_fused = behaviour.allreduce_norm_fusion & (tp > 1) & (adp <= 1)
+        norm_fused = norm_fusion_runs(behaviour, tp, adp)
         qa_s, qa_k, qm_s, qm_k = activation_quant_s(model, rates, tp, T, quant, fmt, dense_ffn, norm_fused)
         quant_s = (full + window) * qa_s + n_dense * qm_s
         kernels = kernels + (full + window) * qa_k + n_dense * qm_k

@@ -72,12 +72,17 @@ def native_compute_dtype(fmt: str) -> str:
     return _COMPUTE_DTYPE[canonical_format(fmt)]
 
 
+def runs_natively(fmt: str, gpu: GPUSpec) -> bool:
+    """Whether ``gpu`` has tensor cores for ``fmt``'s own compute dtype (else its GEMMs dequantise
+    the weights and run in 16-bit: ``compute_dtype``)."""
+    return native_compute_dtype(fmt) in gpu.peak_flops_per_s
+
+
 def compute_dtype(fmt: str, gpu: GPUSpec) -> str:
     """The dtype whose tensor-core peak a GEMM with weights in ``fmt`` runs at on ``gpu``: the
     format's own when the chip has it, else the chip's 16-bit dtype (weight-only dequant)."""
-    want = native_compute_dtype(fmt)
-    if want in gpu.peak_flops_per_s:
-        return want
+    if runs_natively(fmt, gpu):
+        return native_compute_dtype(fmt)
     return "bf16" if "bf16" in gpu.peak_flops_per_s else ("fp16" if "fp16" in gpu.peak_flops_per_s else "fp32")
 
 

@@ -290,6 +290,12 @@ def _gpus(n) -> str:
     return f"{int(n)} GPU{'' if int(n) == 1 else 's'}"
 
 
+def kv_text(ctx) -> str:
+    """The KV cache a context prices, as serve simulate's and serve plan's headers say it
+    ('KV 8-bit': ``auto`` resolved by the stack and the checkpoint)."""
+    return f"KV {int(ctx.kv_bytes * 8)}-bit"
+
+
 def render_simulation(report) -> str:
     """The human-readable table of one ``ServingReport``."""
     from planners.serving.labels import prompts_per_step, worker_label
@@ -306,7 +312,7 @@ def render_simulation(report) -> str:
         f"{ctx.cluster.scaleup.kind} domain)",
         f"stack    {ctx.stack.name}  (weights {format_text(ctx.dense_format, ctx.cluster.gpu)}"
         + (f", experts {format_text(ctx.expert_format, ctx.cluster.gpu)}" if ctx.model.moe else "")
-        + f", KV {int(ctx.kv_bytes * 8)}-bit)",
+        + f", {kv_text(ctx)})",
     ]
     if d.mode == "agg":
         lines.append(f"layout   aggregated: {d.workers} x worker {label(d.layout)} ({_gpus(d.layout.gpus)}), "
@@ -652,7 +658,7 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
     lines = [f"serving plan for {ctx.model.name} on {gpus} x {ctx.cluster.gpu.name} ({ctx.cluster.name}), "
              f"stack {ctx.stack.name}, weights {format_text(ctx.dense_format, ctx.cluster.gpu)}"
              + (f" / experts {format_text(ctx.expert_format, ctx.cluster.gpu)}" if ctx.model.moe else "")
-             + f", KV {int(ctx.kv_bytes * 8)}-bit",
+             + f", {kv_text(ctx)}",
              f"objective: mean TTFT <= {ttft_ms:g} ms, mean TPOT <= {tpot_ms:g} ms (p90 TTFT: the best line, --csv, --json); "
              f"{plan.evaluated:,} candidates scored in "
              f"{plan.wall_s:.2f} s" + _prior_note(ctx) + _extrapolation_note(ctx, int((opts or {}).get("isl") or 0)), ""]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from cost_models.speculative import MAX_SPECULATIVE_TOKENS, MTP_ACCEPTANCE_PRIOR, expected_tokens_per_step
-from cost_models.weight_formats import canonical_format, kv_dtype_bytes, native_compute_dtype
+from cost_models.weight_formats import canonical_format, kv_dtype_bytes, native_compute_dtype, runs_natively
 from hardware_specs.catalog import load_cluster, load_serving_efficiency, load_stack, serving_stack_for
 from hardware_specs.yaml_files import is_file
 from hardware_specs.cluster_spec import ClusterSpec
@@ -228,8 +228,7 @@ class ServingContext:
         dense = canonical_format(dense_format, "dense_format")
         expert = canonical_format(expert_format if expert_format is not None else dense_format, "expert_format")
         for fmt, field_name in ((dense, "precision"), (expert, "expert-precision")):
-            if fmt in stack.serving.native_only_formats and \
-                    native_compute_dtype(fmt) not in c.gpu.peak_flops_per_s:
+            if fmt in stack.serving.native_only_formats and not runs_natively(fmt, c.gpu):
                 stored = " (the checkpoint's format)" if fmt in (m.checkpoint_format, m.expert_checkpoint_format) else ""
                 raise InputError(f"--{field_name}", f"{stack.name} serves {fmt} weights{stored} only on GPUs with "
                                  f"{native_compute_dtype(fmt)} tensor cores; {c.name}'s {c.gpu.name} has none",
