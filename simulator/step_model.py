@@ -65,6 +65,9 @@ ADAM_STEP_BYTES_PER_PARAM_FP32 = 28.0
 ADAM_MOMENT_ACCESSES = 4.0
 #: bytes per element of the fp32 gradients an offloaded optimizer step moves to the host.
 GRAD_BUFFER_BYTES = 4.0
+#: bytes per element of the fp32 main gradients the Adam step reads (the figures above assume the
+#: gradient buffer is this wide: Adam reads it in place and the step zeroes it at 4 bytes)
+MAIN_GRAD_BYTES = 4.0
 
 
 def unfused_accumulation_bytes(grad_bytes, grad_buffer_bytes):
@@ -957,14 +960,36 @@ def _first_blocks_share(model: ModelSpec, sp_: dict, tp):
     return np.minimum(blocks / np.maximum(sp_["first"] + sp_["first_expert"], 1.0), 1.0)
 
 
-def adam_step_bytes_per_param(dtype: str, moment_bytes=4.0):
+def adam_step_bytes_per_param(dtype: str, moment_bytes=4.0, grad_buffer_bytes=MAIN_GRAD_BYTES):
     """HBM bytes the optimizer step moves per local parameter (numpy-friendly in
-    ``moment_bytes``): ``ADAM_STEP_BYTES_PER_PARAM`` in mixed precision, the fp16 figure with its
-    unscaling, the fp32 one for fp32 and tf32 (the weights are the master copy), less
-    ``ADAM_MOMENT_ACCESSES`` x 2 bytes for 16-bit moments."""
+    ``moment_bytes`` and ``grad_buffer_bytes``): ``ADAM_STEP_BYTES_PER_PARAM`` in mixed precision,
+    the fp16 figure with its unscaling, the fp32 one for fp32 and tf32 (the weights are the master
+    copy), less ``ADAM_MOMENT_ACCESSES`` x 2 bytes for 16-bit moments.
+
+    Those figures hold for an fp32 gradient buffer (``grad_buffer_bytes`` 4). A narrower buffer
+    (``ParallelConfig.grad_buffer_bytes`` 2: Megatron-LM 2021/2022 fp16 without
+    ``accumulate_allreduce_grads_in_fp32``, Megatron-Core DDP without ``grad_reduce_in_fp32``) is
+    cast into a new fp32 main gradient before the step, read ``grad_buffer_bytes`` and write
+    ``MAIN_GRAD_BYTES`` (NVIDIA/Megatron-LM@d898a8991d megatron/optimizer/optimizer.py
+    Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads:
+    ``main_param.grad = model_param.main_grad.float()``, a no-op alias on an fp32 buffer; the
+    distributed optimizer alike on its shard, NVIDIA/Megatron-LM@core_v0.14.0
+    megatron/core/optimizer/distrib_optimizer.py ``_copy_model_grads_to_main_grads``:
+    ``shard_main_param.grad = shard_model_grad.float()``), and zeroing the buffer for the next
+    step (megatron/model/distributed.py ``zero_grad_buffer``) writes ``grad_buffer_bytes``, not 4
+    (the fp32 copy is freed, ``zero_grad(set_to_none=True)``): 50 - 4 + 2 + 6 = 54 bytes in fp16,
+    46 in bf16.
+
+    DeepSpeed's fp16 ZeRO-1/2 keeps 16-bit gradients too but steps them otherwise
+    (microsoft/DeepSpeed@v0.7.0 deepspeed/runtime/zero/stage_1_and_2.py ``step``: an overflow check
+    ``x.float().sum()``, a norm over ``g.double()``, flatten then ``.to(fp32)``, ``mul_`` unscale, no
+    buffer to zero: about 80 bytes); it is priced here at the Megatron count, a lower bound."""
     base = {"fp32": ADAM_STEP_BYTES_PER_PARAM_FP32, "tf32": ADAM_STEP_BYTES_PER_PARAM_FP32,
             "fp16": ADAM_STEP_BYTES_PER_PARAM_FP16}.get(dtype, ADAM_STEP_BYTES_PER_PARAM)
-    return base - ADAM_MOMENT_ACCESSES * (4.0 - np.asarray(moment_bytes, dtype=float))
+    buffer = np.asarray(grad_buffer_bytes, dtype=float)
+    cast = np.where(buffer < MAIN_GRAD_BYTES, buffer + MAIN_GRAD_BYTES, 0.0)
+    zeroing = buffer - MAIN_GRAD_BYTES
+    return base - ADAM_MOMENT_ACCESSES * (4.0 - np.asarray(moment_bytes, dtype=float)) + cast + zeroing
 
 
 def _optimizer_step_s(cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, memory_by_part: dict, shard,
@@ -975,7 +1000,7 @@ def _optimizer_step_s(cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigB
     params_local = memory_by_part["params_local"]
     expert_local = memory_by_part["expert_params_local"]
     opt_params = params_local / np.where(zero >= 1, shard, 1.0) + expert_local / np.where(zero >= 1, expert_shard, 1.0)
-    adam_bytes = adam_step_bytes_per_param(batch.dtype, batch.optimizer_moment_bytes)
+    adam_bytes = adam_step_bytes_per_param(batch.dtype, batch.optimizer_moment_bytes, batch.grad_buffer_bytes)
     opt_fraction = eff.optimizer_hbm_fraction or eff.hbm_fraction
     off = np.asarray(batch.offload_optimizer_fraction, dtype=float)
     optimizer = (1.0 - off) * opt_params * adam_bytes / (gpu.hbm_bw_bytes_per_s * opt_fraction)

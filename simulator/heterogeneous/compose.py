@@ -322,8 +322,9 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     sync = np.where(world[groups.plan] > 1, np.maximum.reduceat(wait_row, gstart), 0.0) if R else np.zeros(0)
 
     # ---- optimizer ------------------------------------------------------------------------------
-    # the step model's bytes a parameter (fp32 moments: the pooled model refuses 16-bit ones)
-    adam = float(adam_step_bytes_per_param(dtype))
+    # the step model's bytes a parameter (fp32 moments: the pooled model refuses 16-bit ones) on
+    # the stack's gradient buffer
+    adam = float(adam_step_bytes_per_param(dtype, grad_buffer_bytes=settings.grad_buffer_bytes))
     opt_params = stage_params / np.where(z >= 1, D_row, 1.0)
     opt_row = opt_params * adam / (hbm_bw * opt_fraction)
 
