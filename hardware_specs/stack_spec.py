@@ -159,7 +159,14 @@ def check_grouped_gemm_streams(field: str, value) -> int:
 
 #: the training fields that take one of a listed set of values: (field, its values, what the
 #: error calls an unknown one), checked in this order by ``TrainingBehaviour.__post_init__``
+#: ``TrainingBehaviour.expert_tp_default`` values
+EXPERT_TP_DEFAULTS = ("one", "tp")
+#: ``TrainingBehaviour.expert_parallel_layout`` values
+EXPERT_PARALLEL_LAYOUTS = ("folded", "carved_from_dp")
+
 _TRAINING_CHOICES = (
+    ("expert_tp_default", EXPERT_TP_DEFAULTS, "value"),
+    ("expert_parallel_layout", EXPERT_PARALLEL_LAYOUTS, "layout"),
     ("selective_checkpoint", SELECTIVE_CHECKPOINTS, "policy"),
     ("recipe_recompute", RECIPE_RECOMPUTE, "value"),
     ("attention_kernel", ATTENTION_KERNELS, "kernel"),
@@ -394,6 +401,21 @@ class TrainingBehaviour:
             outputs for the probabilities' gradient; False: they scale the expert outputs at
             the combine (Megatron-Core <= 0.12 ``unpermute(..., probs=...)``), which keeps
             top_k x hidden 16-bit values per token (``moe.moe_activation_bytes_per_layer``).
+        expert_tp_default: the expert tensor-parallel degree of a run that does not state one,
+            one of ``EXPERT_TP_DEFAULTS``: ``tp`` where the release splits the routed experts over
+            the whole tensor-parallel group (Megatron-Core <= 0.9 has no expert-TP setting:
+            NVIDIA/Megatron-LM@core_r0.9.0 megatron/core/transformer/moe/experts.py:67-71
+            ``tp_size = get_tensor_model_parallel_world_size()`` unless ``moe_extended_tp``;
+            >= 0.10 ``--expert-tensor-parallel-size`` defaults to tp, core_v0.10.0
+            megatron/training/arguments.py:259-260); ``one`` (default): experts whole on each
+            rank, today's price where the release's default is not known or its recipes set 1.
+        expert_parallel_layout: where an expert-parallel group's members sit, one of
+            ``EXPERT_PARALLEL_LAYOUTS``: ``folded`` (default; Megatron-Core >= 0.10's separate
+            expert RankGenerator tp=etp, ep, dp: members ``etp`` ranks apart, ``cost_models.moe``)
+            or ``carved_from_dp`` (Megatron-Core <= 0.9: EP cut out of data parallelism in the
+            rank order tp-cp-ep-dp-pp, core_r0.9.0 megatron/core/parallel_state.py:362
+            RankGenerator, so members ``tp * cp`` ranks apart). Sets
+            ``ParallelConfig.ep_carved_from_dp``.
         recipe_recompute: what a run on this stack recomputes when it does not say, for a stack
             without per-layout performance presets (``stack_presets``): the recomputation of the
             stack's own published performance recipes, one of ``RECIPE_RECOMPUTE``. Default
@@ -487,6 +509,8 @@ class TrainingBehaviour:
     selective_checkpoint: str = "core_attn"
     recipe_recompute: str = "none"
     moe_probs_in_expert: bool = False
+    expert_tp_default: str = "one"
+    expert_parallel_layout: str = "folded"
     lacks: tuple = ()
     zero2_gather_every_microbatch: bool = False
 

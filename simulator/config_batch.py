@@ -123,6 +123,7 @@ class ConfigBatch:
     unfused_block_ops: np.ndarray = None
     yarn_rope_eager: np.ndarray = None
     moe_probs_in_expert: np.ndarray = None
+    ep_carved_from_dp: np.ndarray = None
     zero3_once_per_step: np.ndarray = None
     zero2_grad_last_microbatch: np.ndarray = None
     zero2_gather_every_microbatch: np.ndarray = None
@@ -227,6 +228,7 @@ class ConfigBatch:
             fp8_param_gather=col("fp8_param_gather", bool, bool),
             zero3_master_params=col("zero3_master_params", bool, bool),
             moe_probs_in_expert=col("moe_probs_in_expert", bool, bool),
+            ep_carved_from_dp=col("ep_carved_from_dp", bool, bool),
             zero3_once_per_step=col("zero3_once_per_step", bool, bool),
             kv_head_replication=col("kv_head_replication", bool, bool),
             stack_lacks=col("stack_lacks", lacks_mask),
@@ -305,6 +307,7 @@ class ConfigBatch:
             fp8_param_gather=bool(self.fp8_param_gather[i]),
             zero3_master_params=bool(self.zero3_master_params[i]),
             moe_probs_in_expert=bool(self.moe_probs_in_expert[i]),
+            ep_carved_from_dp=bool(self.ep_carved_from_dp[i]),
             zero3_once_per_step=bool(self.zero3_once_per_step[i]),
             kv_head_replication=bool(self.kv_head_replication[i]),
             stack_lacks=lacks_names(self.stack_lacks[i]),
@@ -321,7 +324,7 @@ _NEW_COLUMNS = {"recompute_num_layers": 0, "recompute_method": 0, "recompute_lay
                 "zero_shard_group": 0, "pipeline_layout": "", "loss_chunk_tokens": 0, "optimizer_moment_bytes": 4.0,
                 "fp8_current_scaling": False, "grad_buffer_bytes": 4.0, "offload_weight_bytes": 2.0, "fp8_param_gather": False,
                 "zero3_master_params": False,
-                "grouped_gemm_streams": 1, "moe_probs_in_expert": False,
+                "grouped_gemm_streams": 1, "moe_probs_in_expert": False, "ep_carved_from_dp": False,
                 "zero3_once_per_step": False, "kv_head_replication": False,
                 "zero2_grad_last_microbatch": False, "zero2_gather_every_microbatch": False, "cp_allgather_saves_kv": False,
                 "stack_lacks": 0, "pipeline_p2p_overlap": False,

@@ -161,7 +161,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                 ep_dispatch_dedup=False, fp8_current_scaling=False, attention_unpad=False,
                 glu_clamp_eager=False, grouped_gemm_streams=1, cross_entropy="megatron_unfused",
                 softmax_scale_pass=True, selective_modules=memory.SELECTIVE_DEFAULT, unfused_block_ops=False,
-                yarn_rope_eager=False, cp_allgather_saves_kv=False) -> dict:
+                yarn_rope_eager=False, cp_allgather_saves_kv=False, ep_carved_from_dp=False) -> dict:
     """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
     module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
     (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,
@@ -386,7 +386,12 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         tpr_full = tpf
         if kind == "moe":
             dispatch = mlp["a2a_dispatch_buffer_bytes"]       # the routed rows, at the experts' width
+            # EP members sit etp ranks apart (folding) or tp * cp apart where the stack carves the EP
+            # groups out of data parallelism (Megatron-Core <= 0.9, ``ParallelConfig.ep_carved_from_dp``)
+            ep_stride = np.where(ep_carved_from_dp, np.asarray(tp, dtype=float) * np.asarray(cp, dtype=float),
+                                 np.asarray(etp, dtype=float))
             a2a = moe_costs.moe_all_to_all_time_s(dispatch, ep, etp, cluster, eff, load_imbalance=imbalance,
+                                                  stride=ep_stride,
                                                   dedup=ep_dispatch_dedup, num_experts=model.moe.num_experts,
                                                   top_k=model.moe.top_k, capacity_factor=model.moe.capacity_factor,
                                                   num_groups=model.moe.num_groups, group_topk=model.moe.group_topk)

@@ -89,7 +89,7 @@ BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather
                "pipeline_p2p_overlap", "pipeline_scatter_gather",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
                "zero3_grad_all_reduce", "zero1_grad_all_reduce", "fp8_param_gather", "zero3_master_params",
-               "moe_probs_in_expert",
+               "moe_probs_in_expert", "ep_carved_from_dp",
                "zero3_once_per_step", "kv_head_replication", "zero2_grad_last_microbatch",
                "zero2_gather_every_microbatch", "cp_allgather_saves_kv")
 #: non-negative integer fields (0 = not set)
@@ -356,6 +356,12 @@ class ParallelConfig:
         moe_probs_in_expert: the router probabilities scale the experts' activation output inside
             the expert (Megatron-Core >= 0.13), so the combine keeps no copy of the expert outputs
             (``cost_models.moe.moe_activation_bytes_per_layer``); set by the stack. Memory only.
+        ep_carved_from_dp: the expert-parallel groups are carved out of data parallelism in the
+            dense rank order tp-cp-ep-dp-pp (Megatron-Core <= 0.9, ``parallel_state``
+            RankGenerator at core_r0.9.0), so an EP group's members are ``tp * cp`` ranks apart
+            (with tp 4, cp 2 on 8-GPU nodes: one per node, every all-to-all over the NICs);
+            False: MoE parallel folding (Megatron-Core >= 0.10's separate expert RankGenerator
+            tp=etp, ep, dp), members ``etp`` ranks apart (``cost_models.moe``).
         kv_head_replication: the software stack replicates key/value heads over tensor-parallel
             ranks, so tp may be a multiple of the model's key/value heads (each rank holds one
             whole head); False = tp must divide them (Megatron-Core <= 0.15 asserts
@@ -455,6 +461,7 @@ class ParallelConfig:
     fp8_param_gather: bool = False
     zero3_master_params: bool = False
     moe_probs_in_expert: bool = False
+    ep_carved_from_dp: bool = False
     kv_head_replication: bool = False
     stack_lacks: tuple = ()
 

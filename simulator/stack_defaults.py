@@ -20,7 +20,7 @@ STACK_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_byte
                 "zero3_grad_all_reduce", "zero1_grad_all_reduce", "grad_buffer_bytes", "offload_weight_bytes",
                 "fp8_param_gather",
                 "zero3_master_params",
-                "selective_modules", "moe_probs_in_expert", "zero3_once_per_step", "kv_head_replication",
+                "selective_modules", "moe_probs_in_expert", "ep_carved_from_dp", "zero3_once_per_step", "kv_head_replication",
                 "zero2_grad_last_microbatch", "zero2_gather_every_microbatch", "cp_allgather_saves_kv", "stack_lacks")
 #: dtypes whose gradients a stack reduces as bf16 ones (FP8 recipes keep bf16 parameters)
 _BF16_LIKE = ("bf16", "fp8", "mxfp8", "nvfp4")
@@ -102,6 +102,7 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
         "zero3_master_params": t.zero3_master_params,
         "selective_modules": SELECTIVE_CHECKPOINTS[t.selective_checkpoint],
         "moe_probs_in_expert": t.moe_probs_in_expert,
+        "ep_carved_from_dp": t.expert_parallel_layout == "carved_from_dp",
         "zero3_once_per_step": t.zero3_under_pipeline == "once_per_step",
         "kv_head_replication": t.kv_head_replication,
         "zero2_grad_last_microbatch": t.zero2_grad_reduce == "last_microbatch",
@@ -109,6 +110,16 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
         "cp_allgather_saves_kv": t.cp_allgather_backward == "saved",
         "stack_lacks": t.lacks,
     }
+
+
+def stack_expert_tp(stack: StackSpec, tp: int, is_moe: bool, model_name: str | None = None,
+                    gpu: str | None = None, dtype: str | None = None) -> int:
+    """The expert tensor-parallel degree of a run on ``stack`` that does not state one: ``tp`` for
+    an MoE model where the release splits the experts over the tensor-parallel group
+    (``TrainingBehaviour.expert_tp_default`` ``tp``: Megatron-Core and NeMo), else 1."""
+    if not is_moe:
+        return 1
+    return int(tp) if stack.training_for(model_name, gpu, dtype).expert_tp_default == "tp" else 1
 
 
 def stack_sequence_parallel(stack: StackSpec, tp: int, model_name: str | None = None, gpu: str | None = None,

@@ -132,7 +132,8 @@ LAYER_KEY_FIELDS = ("tp", "cp", "micro_batch", "sequence_parallel", "recompute",
                     "ep_comm_overlap", "tp_backward_overlap", "softmax_fusion", "cuda_graphs", "recompute_modules",
                     "ep_dispatch_dedup", "fp8_current_scaling", "attention_unpad", "glu_clamp_eager",
                     "grouped_gemm_streams", "cross_entropy", "softmax_scale_pass", "selective_modules",
-                    "unfused_block_ops", "moe_probs_in_expert", "yarn_rope_eager", "cp_allgather_saves_kv")
+                    "unfused_block_ops", "moe_probs_in_expert", "yarn_rope_eager", "cp_allgather_saves_kv",
+                    "ep_carved_from_dp")
 
 
 def _degrees(batch: ConfigBatch):
@@ -394,7 +395,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     # and a plain data-parallel all-reduce beyond a node are left out
     pcie_host = cluster.host is not None and offload.is_pcie_link(cluster.host.link)
     zero_crosses = shard * tp > cluster.gpus_per_node
-    ep_crosses = ep * etp > cluster.gpus_per_node
+    ep_crosses = ep * np.where(batch.ep_carved_from_dp, tp * cp, etp) > cluster.gpus_per_node
     regather = batch.zero3_recompute_gather & (rc == _FULL)
     per_mb_grads = _grads_reduced_every_microbatch(batch, zero)
     # ZeRO-3 rows that gather and reduce per layer and micro-batch (the others do it once a
@@ -1017,7 +1018,8 @@ def _layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, r
                          batch.recompute_modules, batch.ep_dispatch_dedup, batch.fp8_current_scaling,
                          batch.attention_unpad, batch.glu_clamp_eager, batch.grouped_gemm_streams,
                          batch.cross_entropy, batch.softmax_scale_pass, batch.selective_modules,
-                         batch.unfused_block_ops, batch.yarn_rope_eager, batch.cp_allgather_saves_kv)
+                         batch.unfused_block_ops, batch.yarn_rope_eager, batch.cp_allgather_saves_kv,
+                         batch.ep_carved_from_dp)
 
 
 def _optimizer_offload_s(cluster: ClusterSpec, batch: ConfigBatch, params_offloaded, grad_window_s,

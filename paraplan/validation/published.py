@@ -81,7 +81,8 @@ from paraplan.validation.row_model import (NUMERIC_COLUMNS, Skip, _check_family_
                                            _says_without_mtp, _stated_params, _str)
 from paraplan.validation.row_precision import unstated_dtype
 from simulator.parallel_config import ParallelConfig
-from simulator.stack_defaults import stack_config_fields, stack_cp_kind, stack_sequence_parallel, stack_zero_stage
+from simulator.stack_defaults import (stack_config_fields, stack_cp_kind, stack_expert_tp, stack_sequence_parallel,
+                                      stack_zero_stage)
 from simulator.stage_layout import chunk_layers
 from simulator.validate_config import check_config, placed_and_checked
 
@@ -534,8 +535,13 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
     cp_kind = stack_cp_kind(stack, model.name, gpu, dtype) if cp > 1 else "ring"
     if cp_kind != "ring":
         assumptions.append(f"cp_kind={cp_kind} ({stack.name}'s context_parallel_kind)")
+    # the expert tensor-parallel degree the stack runs when the row states none (Megatron-Core
+    # <= 0.9 splits the experts over the whole TP group: TrainingBehaviour.expert_tp_default)
+    etp = stack_expert_tp(stack, tp, model.moe is not None, model.name, gpu, dtype)
+    if etp > 1:
+        assumptions.append(f"etp={etp} ({stack.name}'s expert_tp_default: the experts split over the tp group)")
     try:
-        config = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
+        config = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, micro_batch=mbs, global_batch=gbs,
                                 zero_stage=zero, recompute=rc, sequence_parallel=sp or (model.moe is not None and tp > 1),
                                 dtype=dtype, uneven_layers=True, cp_kind=cp_kind, **software)
         recipe = [r.source for r in stack.recipes_for(model.name, gpu, dtype)]

@@ -1,0 +1,84 @@
+"""Expert tensor parallelism and EP group placement as software-stack data.
+
+Megatron-Core <= 0.9 (NeMo 24.07 / 24.09) splits the experts over the whole TP group
+(NVIDIA/Megatron-LM@core_r0.9.0 megatron/core/transformer/moe/experts.py:67-71) and carves the EP
+groups out of data parallelism in the rank order tp-cp-ep-dp-pp (parallel_state.py:362), so an EP
+group's members are tp * cp ranks apart; >= 0.10 places them etp apart (a separate expert
+RankGenerator). DGXC2411 Grok-1 fp8 on 64 H100 (tp 4, cp 2, ep 8, seq 8192, micro-batch 1) is the
+hand case: a rank routes 8192 / cp / tp = 1024 tokens, top-2, hidden 6144, 2-byte rows:
+1024 x 2 x 6144 x 2 = 25,165,824 B per all-to-all, of which 7/8 leave the node when the members
+are 8 ranks apart on 8-GPU nodes.
+"""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cost_models import moe as moe_costs
+from cost_models.topology import group_span, tier_bandwidths
+
+from paraplan.validation.published import read_runs, row_inputs, run_conventions
+from simulator.simulate import simulate
+from simulator.stack_defaults import stack_config_fields, stack_expert_tp
+
+ROOT = Path(__file__).resolve().parents[1]
+GROK = "DGXC2411-grok1-fp8-64g:iter_time_s"
+A2A_BYTES = 1024 * 2 * 6144 * 2          # 25,165,824 B
+
+
+def _stack(name):
+    from hardware_specs.catalog import load_stack
+    return load_stack(name)
+
+
+@pytest.fixture(scope="module")
+def grok():
+    recs = read_runs(ROOT / "paraplan/data/validation/published_runs.csv").to_dict("records")
+    row = next(r for r in recs if r["id"] == GROK)
+    conv = run_conventions(recs)
+    return row_inputs(row, conv.get(row["run_id"], frozenset()))
+
+
+def test_stack_data_gives_expert_tp_and_layout():
+    nemo = _stack("nemo-24.09")
+    assert stack_expert_tp(nemo, 4, is_moe=True) == 4
+    assert stack_expert_tp(nemo, 4, is_moe=False) == 1
+    assert stack_config_fields(nemo)["ep_carved_from_dp"] is True
+    bridge = _stack("megatron-bridge-25.09")      # its recipes state etp (1): today's price kept
+    assert stack_expert_tp(bridge, 4, is_moe=True) == 1
+    assert stack_config_fields(bridge)["ep_carved_from_dp"] is False
+
+
+def test_grok_row_runs_etp_tp_with_ep_strided_over_tp_cp(grok):
+    c = grok.config
+    assert (c.tp, c.cp, c.ep, c.etp, c.ep_carved_from_dp) == (4, 2, 8, 4, True)
+    assert any("etp=4" in a for a in grok.assumptions)
+
+
+def test_grok_all_to_all_crosses_nodes_under_nemo_24_09(grok):
+    cluster = grok.cluster
+    assert cluster.gpus_per_node == 8
+    c = grok.config
+    # members tp * cp = 8 ranks apart: one per node; etp = 1 (folding, stride 1): one node
+    assert tuple(np.ravel(group_span(8, c.tp * c.cp, 8))) == (1, 8)
+    assert tuple(np.ravel(group_span(8, 1, 8))) == (8, 1)
+    from hardware_specs.catalog import efficiency_for_cluster
+    eff = efficiency_for_cluster(cluster)
+    _, _, bw_o, _ = tier_bandwidths(cluster, eff, 1)
+    bw_o = bw_o * eff.collective_fraction("all_to_all")
+
+    def dispatch(b, stride):
+        return float(np.ravel(moe_costs.moe_all_to_all_time_s(b, 8, c.etp, cluster, eff, stride=stride)["dispatch_s"])[0])
+    # the bandwidth term (latency cancels in the difference): 7/8 of 25.17 MB at the NIC rate
+    inter = dispatch(2 * A2A_BYTES, 8) - dispatch(A2A_BYTES, 8)
+    assert inter == pytest.approx(A2A_BYTES * 7 / 8 / bw_o, rel=1e-9)
+    # inside the node (stride 1) none of it goes over the NICs: far less time
+    assert dispatch(2 * A2A_BYTES, 1) - dispatch(A2A_BYTES, 1) < 0.25 * inter
+
+
+def test_grok_simulated_ep_time_inter_vs_intra_node(grok):
+    import dataclasses
+    carved = simulate(grok.model, grok.cluster, grok.config).time_breakdown_s["ep_comm_exposed_s"]
+    folded = simulate(grok.model, grok.cluster, dataclasses.replace(grok.config, etp=1, ep_carved_from_dp=False)
+                      ).time_breakdown_s["ep_comm_exposed_s"]
+    assert carved > 2 * folded
