@@ -89,7 +89,8 @@ from simulator.parallel_config import BOOL_FIELDS, MAX_GLOBAL_BATCH, MAX_GPUS, P
 from planners.search_space import FIXABLE as SEARCH_FIXABLE
 from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
 from simulator.simulate import simulate as _simulate
-from simulator.stack_defaults import check_stack_cp_kind, run_cp_kind, stack_config_fields, stack_sequence_parallel, stack_zero_stage
+from simulator.stack_defaults import (check_stack_cp_kind, run_cp_kind, stack_config_fields, stack_expert_tp,
+                                      stack_sequence_parallel, stack_zero_stage)
 
 GIB = 2**30
 GBIT = 1e9 / 8          # bytes/s in one Gb/s
@@ -513,7 +514,8 @@ def with_stack_fields(model: ModelSpec, cluster: ClusterSpec, stack: str | Stack
     the GPU's 16-bit type (``cost_models.compute.sixteen_bit_dtype``), the software fields to the
     stack's documented behaviour for this model, GPU and dtype
     (``simulator.stack_defaults.stack_config_fields``), sequence parallelism to the stack's
-    recipes at this tensor degree, the context-parallel flavour to the stack's
+    recipes at this tensor degree, the expert tensor-parallel degree to the stack's
+    (``simulator.stack_defaults.stack_expert_tp``), the context-parallel flavour to the stack's
     ``context_parallel_kind`` at cp > 1 (``simulator.stack_defaults.run_cp_kind``); a given flavour
     the stack does not run is refused (``simulator.stack_defaults.check_stack_cp_kind``)."""
     out = dict(fields)
@@ -528,6 +530,10 @@ def with_stack_fields(model: ModelSpec, cluster: ClusterSpec, stack: str | Stack
         tp = 1 if out.get("tp") is None else whole_number("tp", out["tp"])
         out["sequence_parallel"] = stack_sequence_parallel(spec, tp, model.name, gpu,
                                                            out["dtype"], model.moe is not None)
+    if out.get("etp") is None:
+        # the stack's expert tensor-parallel degree (``stack_expert_tp``), as `paraplan simulate` without --etp
+        tp = 1 if out.get("tp") is None else whole_number("tp", out["tp"])
+        out["etp"] = stack_expert_tp(spec, tp, model.moe is not None, model.name, gpu, out["dtype"])
     cp = 1 if out.get("cp") is None else whole_number("cp", out["cp"])
     if out.get("cp_kind") is None:
         # the flavour the stack's framework runs, as `paraplan simulate` without --cp-kind (ring at cp 1)

@@ -45,7 +45,8 @@ from planners.vectorized import DEFAULT_CHUNK_ROWS, Evaluated, evaluate_space
 from simulator import headroom
 from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, CPKind, ParallelConfig, Schedule
 from simulator.report import TIME_PARTS
-from simulator.stack_defaults import check_stack_cp_kind, run_cp_kind, stack_config_fields, stack_cp_kind
+from simulator.stack_defaults import (check_stack_cp_kind, run_cp_kind, stack_config_fields, stack_cp_kind,
+                                      stack_expert_tp)
 from simulator.step_model import LAYER_KEY_FIELDS
 
 GIB = 2**30
@@ -544,6 +545,12 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
                       "cp_kind": kinds[0] if kinds else stack_cp_kind(stack_spec, model.name, cluster.gpu.name, d)}
                      for d in dtypes)
     software = dict(zip(dtypes, defaults))        # what the plans run (PlanResult.software)
+    # the expert tensor-parallel degree the rows run: the stack's (tp or 1), as simulate without --etp
+    follows = {stack_expert_tp(stack_spec, 2, model.moe is not None, model.name, cluster.gpu.name, d) == 2
+               for d in dtypes}
+    if len(follows) > 1:
+        raise InputError("dtypes", f"{stack_spec.name} runs a different expert tensor-parallel degree for "
+                         f"{', '.join(dtypes)}: a search runs one", "search each dtype on its own")
     defaults = _pinned_recompute(defaults, fixed, recompute_num_layers)
     pinned_layers = int(recompute_num_layers or 0)    # _pinned_recompute refused it without full
     constraints = SearchConstraints(
@@ -562,7 +569,9 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         # a cp whose sequence (or, Ulysses, heads) split the flavour refuses is not searched
         cp_kinds=tuple(dict.fromkeys(d["cp_kind"] for d in defaults)),
         # a full recomputation of N layers a chunk needs chunks of N layers (check_config agrees)
-        recompute_num_layers=pinned_layers)
+        recompute_num_layers=pinned_layers,
+        # an MoE row's expert TP is its tp where the stack splits the experts over it (simulate agrees)
+        expert_tp_follows_tp=follows.pop())
 
     # the space is built and scored chunk by chunk; only the rows a result can show are kept
     base = enumerate_base(model, constraints, space_chunk_rows)

@@ -153,6 +153,8 @@ class SearchConstraints:
             whose tensor-, context-, expert-, data-parallel or ZeRO shard groups do not tile it
             is not searched (``topology.groups_tile_node``), as ``check_cluster`` refuses it;
             0 = not checked.
+        expert_tp_follows_tp: an MoE row's expert tensor-parallel degree is its tp (the stack's
+            ``expert_tp_default: tp``, ``simulator.stack_defaults.stack_expert_tp``); False: 1.
     """
 
     gpus: tuple[int, int]
@@ -170,6 +172,7 @@ class SearchConstraints:
     scaleup_gpus: int = 0
     cp_kinds: tuple[str, ...] = ("ring",)
     recompute_num_layers: int = 0
+    expert_tp_follows_tp: bool = False
 
 
 @dataclass(frozen=True)
@@ -422,13 +425,17 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
     cols = {"dp": dp[ok], "tp": tp[ok], "pp": pp[ok], "cp": cp[ok]}
 
     cols = _cross(cols, ep_raw, "ep")
+    # expert tensor parallelism is not searched: each row runs the stack's (tp where the release
+    # splits the experts over the tensor-parallel group, ``stack_defaults.stack_expert_tp``; else 1)
+    cols["etp"] = cols["tp"].copy() if c.expert_tp_follows_tp and model.moe is not None else np.ones_like(cols["tp"])
     ok = count.apply([
         ("fixed", _allowed(fixed, "ep", cols["ep"])),
-        ("experts", (experts % cols["ep"] == 0) & ((cols["dp"] * cols["cp"] * cols["tp"]) % cols["ep"] == 0)),
+        ("experts", (experts % cols["ep"] == 0)
+         & ((cols["dp"] * cols["cp"] * cols["tp"]) % (cols["ep"] * cols["etp"]) == 0)),
         ("stack", ~lacked_use(lacks, ep=cols["ep"])),
-        # and with the expert-parallel group (ep x etp, etp 1 here) too
+        # and with the expert-parallel group (ep x etp) too
         ("scaleup", groups_tile_node(c.scaleup_gpus, cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"], cols["tp"],
-                                     cols["cp"], cols["dp"], ep=cols["ep"])
+                                     cols["cp"], cols["dp"], ep=cols["ep"], etp=cols["etp"])
          if c.scaleup_gpus else np.ones(len(cols["ep"]), dtype=bool)),
     ], len(cols["ep"]), scale(1))
     cols = _keep(cols, ok)
@@ -461,8 +468,7 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
                                                                   indexing="ij"))
     t = cols["tp"][:, None]
     inter = (sched == SCHEDULE_CODES[Schedule.INTERLEAVED])[None, :]
-    # (expert tensor parallelism is not searched: every row runs etp 1, ``ParallelConfig``'s)
-    shard = largest_zero_group(cols["dp"], cols["cp"], cols["tp"], cols["ep"], 1, model.moe is not None)
+    shard = largest_zero_group(cols["dp"], cols["cp"], cols["tp"], cols["ep"], cols["etp"], model.moe is not None)
     shape = (len(cols["dp"]), len(sched))
     dominated = np.full(shape, c.prune_dominated)
 

@@ -82,3 +82,65 @@ def test_grok_simulated_ep_time_inter_vs_intra_node(grok):
     folded = simulate(grok.model, grok.cluster, dataclasses.replace(grok.config, etp=1, ep_carved_from_dp=False)
                       ).time_breakdown_s["ep_comm_exposed_s"]
     assert carved > 2 * folded
+
+
+# --------------------------------------------------------------------------------------------
+# simulate, plan, the API and sweeps take the stack's expert TP when none is given
+# --------------------------------------------------------------------------------------------
+
+MIXTRAL = ["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64", "--global-batch", "256"]
+_FIXED = ["--fix", "tp=4", "--fix", "ep=8", "--fix", "pp=1", "--fix", "cp=1", "--fix", "micro_batch=1",
+          "--fix", "zero_stage=1", "--fix", "recompute=none", "--fix", "sequence_parallel=1", "--fix", "schedule=1f1b"]
+
+
+def _cli(*args):
+    import json
+    from click.testing import CliRunner
+    from paraplan.cli import main
+    res = CliRunner().invoke(main, [str(a) for a in args])
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+def _sim_json(*args):
+    import json
+    return json.loads(_cli("simulate", *MIXTRAL, "--tp", 4, "--ep", 8, "--json", *args))
+
+
+def test_simulate_takes_expert_tp_from_the_stack():
+    # NeMo 24.09 (Megatron-Core 0.9) splits the experts over the tp 4 group; a Bridge recipe runs etp 1
+    assert "ep=8 etp=4 " in _cli("simulate", *MIXTRAL, "--tp", 4, "--ep", 8, "--stack", "nemo-24.09")
+    assert _sim_json("--stack", "nemo-24.09")["config"]["etp"] == 4
+    assert _sim_json("--stack", "megatron-bridge-25.09")["config"]["etp"] == 1
+    # a stated --etp wins over the stack's
+    assert _sim_json("--stack", "nemo-24.09", "--etp", 2)["config"]["etp"] == 2
+
+
+def test_api_and_sweep_fields_take_expert_tp_from_the_stack():
+    from paraplan.api import with_stack_fields
+    from paraplan.sweeps.evaluate import stack_fields
+    from model_specs.catalog import load_model
+    from hardware_specs.catalog import load_cluster
+    model, cluster = load_model("mixtral-8x7b"), load_cluster("dgx-h100")
+    assert with_stack_fields(model, cluster, "nemo-24.09", {"tp": 4})["etp"] == 4
+    assert with_stack_fields(model, cluster, "nemo-24.09", {"tp": 4, "etp": 1})["etp"] == 1
+    assert with_stack_fields(model, cluster, "megatron-bridge-25.09", {"tp": 4})["etp"] == 1
+    assert stack_fields("nemo-24.09", "bf16", model, "h100-sxm-80gb", 4)["etp"] == 4
+
+
+def test_plan_searches_the_stacks_expert_tp_and_agrees_with_simulate(tmp_path):
+    import io
+    import pandas as pd
+    plan = pd.read_csv(io.StringIO(_cli("plan", *MIXTRAL, "--stack", "nemo-24.09", *_FIXED, "--csv")))
+    assert len(plan) == 1
+    row = plan.iloc[0]
+    layers = int(row["offload_activation_layers"])
+    sim = _sim_json("--stack", "nemo-24.09", "--offload-activation-layers", layers or 1)
+    assert sim["config"]["etp"] == 4
+    # the planner's vectorized row and simulate's one configuration: the same step
+    if layers:
+        assert row["step_time_s"] == pytest.approx(sim["step_time_s"], rel=1e-9)
+    assert row["ep_comm_exposed_s"] == pytest.approx(sim["time_breakdown_s"]["ep_comm_exposed_s"], rel=1e-9)
+    # and not the etp 1 row's (the experts whole on each rank: other all-to-all rows)
+    etp1 = _sim_json("--stack", "nemo-24.09", "--etp", 1, "--offload-activation-layers", layers or 1)
+    assert etp1["time_breakdown_s"]["ep_comm_exposed_s"] != pytest.approx(row["ep_comm_exposed_s"], rel=1e-3)

@@ -30,7 +30,8 @@ from simulator.parallel_config import (MAX_GLOBAL_BATCH, MAX_GPUS, AttentionKern
 from simulator import headroom
 from simulator.report import StepReport
 from simulator.simulate import simulate
-from simulator.stack_defaults import run_cp_kind, stack_config_fields, stack_sequence_parallel, stack_zero_stage
+from simulator.stack_defaults import (run_cp_kind, stack_config_fields, stack_expert_tp, stack_sequence_parallel,
+                                      stack_zero_stage)
 
 GIB = 2**30
 
@@ -239,8 +240,11 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
         zero = stack_zero_stage(stack, dp, cp, model.name, cluster.gpu.name, opts["dtype"])
     # the flavour given, else the one the stack's framework runs (ring at cp 1: nothing to price)
     cp_kind = run_cp_kind(cp, opts.get("cp_kind"), stack, model.name, cluster.gpu.name, opts["dtype"])
+    etp = opts.get("etp")
+    if etp is None:         # the stack's expert TP, as `validate published` reads a row and `plan` searches
+        etp = stack_expert_tp(stack, tp, model.moe is not None, model.name, cluster.gpu.name, opts["dtype"])
     config = ParallelConfig(
-        dp=dp, tp=tp, pp=pp, cp=cp, ep=opts["ep"], etp=opts["etp"], vpp=opts["vpp"],
+        dp=dp, tp=tp, pp=pp, cp=cp, ep=opts["ep"], etp=etp, vpp=opts["vpp"],
         micro_batch=opts["micro_batch"], global_batch=gbs, zero_stage=zero,
         recompute=opts["recompute"], sequence_parallel=sp, dtype=opts["dtype"],
         schedule=schedule, cp_kind=cp_kind, moe_load_imbalance=opts["moe_load_imbalance"],
@@ -662,7 +666,9 @@ def _not_empty(value: str | None, option: str, comma_list: bool = False) -> str 
 @click.option("--ep", type=POS, metavar="N", default=1, show_default=True,
               help="Expert-parallel degree (MoE; ep*etp must divide dp*cp*tp: experts fold over the data, "
                    "context and tensor ranks, Megatron-Core MoE parallel folding).")
-@click.option("--etp", type=POS, metavar="N", default=1, show_default=True, help="Expert tensor-parallel degree (MoE).")
+@click.option("--etp", type=POS, metavar="N", default=None,
+              help="Expert tensor-parallel degree (MoE; default: the stack's expert_tp_default, tp where the "
+                   "release splits the experts over the tensor-parallel group, else 1).")
 @click.option("--vpp", type=POS, metavar="N", default=1, show_default=True, help="Virtual stages (chunks) per pipeline rank; > 1 means interleaved 1F1B.")
 @click.option("--micro-batch", type=POS, metavar="N", default=1, show_default=True, help="Sequences per micro-batch per data-parallel rank.")
 @click.option("--global-batch", type=POS, metavar="N", help="Sequences per optimizer step (whole job).")

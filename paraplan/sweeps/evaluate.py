@@ -29,7 +29,8 @@ from simulator import headroom
 from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
-from simulator.stack_defaults import check_stack_cp_kind, run_cp_kind, stack_config_fields, stack_sequence_parallel, stack_zero_stage
+from simulator.stack_defaults import (check_stack_cp_kind, run_cp_kind, stack_config_fields, stack_expert_tp,
+                                      stack_sequence_parallel, stack_zero_stage)
 from simulator.step_model import evaluate
 from simulator.validate_config import check_config, placed_and_checked
 
@@ -49,11 +50,13 @@ _CONFIG_COLUMNS = tuple(c for c in PLAN_COLUMNS if c in {f.name for f in fields(
 
 def stack_fields(stack, dtype: str, model, gpu: str, tp: int) -> dict:
     """The ``ParallelConfig`` software fields the stack's documented behaviour sets for this run
-    (``simulator.stack_defaults``, as ``paraplan simulate --stack``), sequence parallelism too;
+    (``simulator.stack_defaults``, as ``paraplan simulate --stack``), sequence parallelism and the
+    expert tensor-parallel degree too;
     ``stack``: a ``StackSpec`` or its name or file."""
     stack = load_stack(stack) if isinstance(stack, str) else stack
     fields = stack_config_fields(stack, dtype, model.name, gpu)
     fields["sequence_parallel"] = stack_sequence_parallel(stack, tp, model.name, gpu, dtype, model.moe is not None)
+    fields["etp"] = stack_expert_tp(stack, tp, model.moe is not None, model.name, gpu, dtype)
     return fields
 
 
