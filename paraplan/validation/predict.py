@@ -159,34 +159,45 @@ def conversion(inputs: RowInputs) -> tuple[float, float, bool]:
     return 100.0 * flops / n / inputs.cluster.gpu.peak_flops(cfg.dtype), -1.0, False   # mfu / hfu in percent
 
 
-#: metrics computed from the source's FLOP count, and the metric that needs none
+#: metrics computed from the source's FLOP count, and the metrics that need none (a run's row of
+#: the first of them present is the partner a FLOP-derived row is checked against)
 FLOP_METRICS = ("tflops_per_gpu", "mfu", "hfu")
 TOKENS_METRIC = "tokens_per_s_per_gpu"
+TIME_METRIC = "iter_time_s"
+PARTNER_METRICS = (TOKENS_METRIC, TIME_METRIC)
 #: largest disagreement between a source's FLOP count (implied by a run's FLOP-derived and
-#: tokens/s rows) and the row's convention before the FLOP-derived row is left out
+#: tokens/s or iteration-time rows) and the row's convention before the FLOP-derived row is left out
 CONVENTION_TOLERANCE = 0.05
 
 
 def _convention_mismatches(run_ids, metrics, measured, conv) -> dict:
-    """FLOP-derived rows whose run also has a tokens/s row and whose source counted FLOPs
-    differently from the row's convention: {row position: reason}.
+    """FLOP-derived rows whose run also has a tokens/s or an iteration-time row and whose source
+    counted FLOPs differently from the row's convention: {row position: reason}.
 
-    Both rows measure the same step, so metric / scale is the same 1/time for both when the
-    convention is the source's counter; a ratio far from 1 means the counter differs (e.g.
-    Megatron-Bridge before release 26.06 counted a gated MLP as gated only with a SiLU
-    activation, flop_utils.py ``gated_linear_multiplier`` at v0.4.2, so GPT-OSS at 17% fewer
-    FLOPs). Such a row cannot be converted exactly; its run's tokens/s row is kept.
+    Both rows measure the same step, so each gives the same 1/time when the convention is the
+    source's counter: metric / scale for the FLOP-derived and tokens/s rows (power -1), and
+    scale / metric for the iteration time (power 1: global_batch x seq_len / (iter_time x
+    n_gpus) tokens/s/GPU, up to the constant that cancels); a ratio far from 1 means the counter
+    differs (e.g. Megatron-Bridge before release 26.06 counted a gated MLP as gated only with a
+    SiLU activation, flop_utils.py ``gated_linear_multiplier`` at v0.4.2, so GPT-OSS at 17% fewer
+    FLOPs; NeMo's DGX Cloud Nemotron-4 MFU counted GQA attention as full multi-head, 1.13x /
+    1.17x the FLOPs of their own iter_time rows). Such a row cannot be converted exactly; its
+    run's tokens/s row (else its iteration-time row) is kept.
     """
-    tokens_row = {r: j for j, (r, m) in enumerate(zip(run_ids, metrics)) if m == TOKENS_METRIC and r}
+    partner = {}
+    for name in reversed(PARTNER_METRICS):       # the first of PARTNER_METRICS wins
+        partner.update({r: j for j, (r, m) in enumerate(zip(run_ids, metrics)) if m == name and r})
     out = {}
     for j, (run, metric) in enumerate(zip(run_ids, metrics)):
-        t = tokens_row.get(run)
+        t = partner.get(run)
         if metric not in FLOP_METRICS or t is None:
             continue
-        ratio = (measured[j] / conv[j][0]) / (measured[t] / conv[t][0])
+        # 1/time of each row: (metric / scale) ** (-1 / power), power -1 or 1
+        inverse_time_t = (measured[t] / conv[t][0]) ** (-1.0 / conv[t][1])
+        ratio = (measured[j] / conv[j][0]) ** (-1.0 / conv[j][1]) / inverse_time_t
         if abs(ratio - 1.0) > CONVENTION_TOLERANCE:
             out[j] = (f"the source counted {ratio:.3f}x the FLOPs of convention; its FLOP counter is not this "
-                      f"convention, the run's {TOKENS_METRIC} row is used")
+                      f"convention, the run's {metrics[t]} row is used")
     return out
 
 
