@@ -144,3 +144,16 @@ def test_plan_searches_the_stacks_expert_tp_and_agrees_with_simulate(tmp_path):
     # and not the etp 1 row's (the experts whole on each rank: other all-to-all rows)
     etp1 = _sim_json("--stack", "nemo-24.09", "--etp", 1, "--offload-activation-layers", layers or 1)
     assert etp1["time_breakdown_s"]["ep_comm_exposed_s"] != pytest.approx(row["ep_comm_exposed_s"], rel=1e-3)
+
+
+def test_megatron_core_from_0_10_defaults_expert_tp_to_tp():
+    # core_v0.10.0 megatron/training/arguments.py:259-260: --expert-tensor-parallel-size None -> tp;
+    # the expert groups folded (their own RankGenerator tp=etp, ep, dp, parallel_state.py:655-658)
+    for name in ("megatron-core", "megatron-core-0.12"):
+        stack = _stack(name)
+        assert stack_expert_tp(stack, 4, is_moe=True) == 4
+        assert stack_expert_tp(stack, 4, is_moe=False) == 1
+        assert stack_config_fields(stack)["ep_carved_from_dp"] is False
+    # Megatron-Bridge's recipes set etp 1 explicitly; the non-Megatron stacks have no expert TP
+    for name in ("megatron-bridge", "megatron-bridge-26.06", "torchtitan", "pytorch-fsdp", "megatron-deepspeed"):
+        assert stack_expert_tp(_stack(name), 4, is_moe=True) == 1
