@@ -260,7 +260,7 @@ def _pinned_recompute(defaults: tuple, fixed: Mapping[str, tuple], num_layers) -
 
 #: plan fields the search sets per row besides the enumerated ones (memory search, HSDP axis)
 _SEARCHED_FIELDS = ("recompute_num_layers", "recompute_layers_decrement", "offload_activation_layers",
-                    "zero_shard_group")
+                    "zero_shard_group", "etp")
 
 
 # --------------------------------------------------------------------------------------------
@@ -788,6 +788,8 @@ def _ranked_table(space, ev, gbs: int, hbm_bytes: float, row_ids: np.ndarray | N
     mem = out["memory_bytes"][order]
     data = {
         "n_gpus": dp * tp * pp * cp, "dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": cols["ep"][r],
+        # the expert TP the row ran (the stack's: tp or 1, ``SearchConstraints.expert_tp_follows_tp``)
+        "etp": cols["etp"][r] if "etp" in cols else np.ones(len(r), np.int64),
         "vpp": cols["vpp"][r], "micro_batch": cols["micro_batch"][r],
         "global_batch": np.full(len(r), gbs, dtype=np.int64), "zero_stage": cols["zero_stage"][r],
         "zero_shard_group": cols["zero_shard_group"][r] if "zero_shard_group" in cols else np.zeros(len(r), np.int64),
