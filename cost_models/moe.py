@@ -244,7 +244,7 @@ def routed_expert_gemms(model: ModelSpec, tokens, ep, etp=1, load_imbalance=1.0,
 
 
 def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_imbalance=1.0, tp=1, sp=True,
-                  current_scaling=False, glu_clamp_eager=False, grouped_gemm_streams=1):
+                  current_scaling=False, glu_clamp_eager=False, grouped_gemm_streams=1, dispatch_dedup=False):
     """Forward seconds, FLOPs and all-to-all sizes of one MoE block on one GPU, one micro-batch.
 
     ``tokens`` is the same quantity ``layer_costs.dense_mlp_costs`` takes: tokens the GPU's
@@ -261,10 +261,18 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
     * shared experts: one dense MLP of width ``num_shared * shared_ffn`` split by tp, on all
       ``tokens`` (as ``dense_mlp_costs``);
     * memory-bound: permute (read+write every routed row), sort/unsort by local expert when
-      E/ep > 1, activation function, unpermute with probabilities (read k rows, write one),
+      E/ep > 1 under the all-to-all dispatcher (not under ``dispatch_dedup``), activation function, unpermute with probabilities (read k rows, write one),
       and the norm/residual half of the layer's element-wise work (split by tp under SP);
       with ``glu_clamp_eager`` and a clamped GLU (``ModelSpec.glu_clamp_limit``) the experts'
       clamp and concatenation before the activation (``glu_clamp_bytes``).
+
+    ``dispatch_dedup`` (per row): the stack runs Megatron's ``flex`` token dispatcher (DeepEP /
+    HybridEP; ``ParallelConfig.ep_dispatch_dedup``). Its received rows come out already grouped by
+    local expert, so it has no sort and unsort passes: in Megatron-LM core_v0.16.1
+    megatron/core/transformer/moe/token_dispatcher.py ``sort_chunks_by_idxs`` is called only by
+    ``MoEAlltoAllTokenDispatcher`` (~l.732 dispatch_postprocess, ~l.767 combine_preprocess);
+    ``MoEFlexTokenDispatcher.dispatch_postprocess`` (~l.1459-1476) passes its tensors through and the
+    HybridEP manager (~l.942-955) permutes for the experts in one step inside the dispatch.
 
     ``grouped_gemm_streams``: how many per-expert GEMMs of each grouped GEMM run at once
     (``grouped_gemm_time_s``; ``TrainingBehaviour.grouped_gemm_streams``, 1 = one after another).
@@ -345,7 +353,9 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
 
     split = np.where(sp, tp, 1.0)
     row_bytes = d_e * rates.act_bytes       # the routed rows move at the experts' width
-    sort = np.where(local_experts > 1, 1.0, 0.0)
+    # sort by local expert after the dispatch and unsort before the combine: only the all-to-all
+    # dispatcher's (sort_chunks_by_idxs); the flex dispatcher's rows arrive grouped by expert
+    sort = np.where((local_experts > 1) & ~np.asarray(dispatch_dedup, dtype=bool), 1.0, 0.0)
     act_fwd, act_bwd = ACTIVATION_UNITS[bool(model.gated_mlp)]
     moves = (2.0 * routed * k * row_bytes                                 # permute
              + 2.0 * 2.0 * sort * rows * row_bytes)                       # sort + unsort

@@ -202,7 +202,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                                                   current_scaling=fp8_current_scaling, unfused_ops=unfused_block_ops)}
         if model.moe is not None:
             b["moe"] = moe_costs.moe_mlp_costs(model, r, tokens, ep, etp, imbalance, tp, sp, fp8_current_scaling,
-                                               glu_clamp_eager, streams)
+                                               glu_clamp_eager, streams, ep_dispatch_dedup)
         if not hybrid:
             return {"dense": a, "moe": a}, b
         # a hybrid layer is one block: the dense slot holds the Mamba, attention and MLP layers

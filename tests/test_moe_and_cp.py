@@ -634,3 +634,23 @@ def test_ulysses_refuses_a_cp_that_does_not_divide_each_tp_ranks_heads(tp, cp, h
     # 8 KV heads: tp 2 leaves 16 query and 4 KV heads a rank, which cp 4 divides
     ok = ParallelConfig(dp=1, tp=2, cp=4, cp_kind="ulysses", micro_batch=1, global_batch=8)
     assert cpm.ulysses_heads_ok(32, 8, 2, 4) and simulate(model, load_cluster("dgx-h100"), ok, n_gpus=8).step_time_s > 0
+
+
+def test_flex_dispatcher_has_no_sort_and_unsort_passes(rates):
+    # Qwen3-30B-A3B (hidden 2048, 128 experts, top-8), 4 x 4096 tokens a GPU, ep 8: the GPU
+    # receives 8 x 16384 x 8 / 128 = 8192 rows for each of its 16 experts = 131,072 rows of
+    # 2048 x 2 B = 4 KiB; a pass reads or writes 131,072 x 4096 = 536,870,912 B, and the
+    # all-to-all dispatcher's sort and unsort (read + write each) make 4 passes = 2,147,483,648 B
+    # a layer and micro-batch, forward and again backward. Megatron's flex dispatcher (DeepEP /
+    # HybridEP) has none (core_v0.16.1 token_dispatcher.py: sort_chunks_by_idxs only in
+    # MoEAlltoAllTokenDispatcher; MoEFlexTokenDispatcher.dispatch_postprocess passes through).
+    qwen = load_model("qwen3-30b-a3b")
+    alltoall = moe.moe_mlp_costs(qwen, rates, 4 * 4096.0, ep=8, etp=1)
+    flex = moe.moe_mlp_costs(qwen, rates, 4 * 4096.0, ep=8, etp=1, dispatch_dedup=True)
+    sort_s = 2_147_483_648 / 3e12                      # toy HBM 3 TB/s, efficiency 1, no overhead
+    assert alltoall["elem_fwd_s"] - flex["elem_fwd_s"] == pytest.approx(sort_s, rel=1e-12)
+    assert alltoall["elem_bwd_s"] - flex["elem_bwd_s"] == pytest.approx(sort_s, rel=1e-12)
+    # per row: a batch mixing the two dispatchers prices each row by its own
+    both = moe.moe_mlp_costs(qwen, rates, np.array([4 * 4096.0] * 2), ep=np.array([8.0, 8.0]),
+                             etp=np.array([1.0, 1.0]), dispatch_dedup=np.array([False, True]))
+    np.testing.assert_allclose(both["elem_fwd_s"], [alltoall["elem_fwd_s"], flex["elem_fwd_s"]], rtol=1e-12)
