@@ -58,6 +58,7 @@ class ComputeRates:
     softmax_exposed: float = 1.0     # share of the softmax time not hidden under the matmuls
     sm_count: int | None = None      # SMs: GEMM tiles run in waves of this many (None: smooth factor)
     k_stage_scale: float = 1.0       # elements per K stage relative to 16-bit (peak ratio)
+    fp8_transposed_copy: bool = True  # per-tensor FP8 keeps a transposed copy (GPUSpec.fp8_gemm_any_layout)
 
 
 def kernel_counting_rates(rates: ComputeRates) -> ComputeRates:
@@ -99,6 +100,7 @@ def compute_rates(gpu: GPUSpec, eff: EfficiencyModel, dtype: str) -> ComputeRate
         softmax_exposed=eff.exposed_softmax_fraction,
         sm_count=gpu.sm_count,
         k_stage_scale=(gpu.peak_flops(dtype) / gpu.peak_flops(sixteen_bit_dtype(gpu))) if dtype in LOW_PRECISION else 1.0,
+        fp8_transposed_copy=not gpu.fp8_gemm_any_layout,
     )
 
 

@@ -235,7 +235,7 @@ def mlp_gemm_shapes(hidden: int, ffn, gated: bool, tp):
 
 
 def linear_cast_bytes(tokens, shapes, dtype: str, input_fused, grad_fused, current_scaling=False, groups=1.0,
-                      seq_split=1.0, input_sharded=None, grad_sharded=None):
+                      seq_split=1.0, input_sharded=None, grad_sharded=None, transposed_copy=True):
     """HBM bytes and kernels of the quantisation of the linear layers ``shapes`` ([(n, k), ...],
     Y[tokens, n] = X[tokens, k] W[k, n]) for one micro-batch, by pass: a dict with
     ``fprop`` (inputs X), ``weights`` (W, once per optimizer step: Transformer Engine caches
@@ -260,12 +260,16 @@ def linear_cast_bytes(tokens, shapes, dtype: str, input_fused, grad_fused, curre
     on the GPU's sequence shard, ``tokens / seq_split`` rows, before the all-gather that gives
     the GEMM its full rows (Transformer Engine gathers the FP8 copy: a column-parallel layer's
     input, a row-parallel layer's output gradient; transformer_engine/pytorch/module/
-    layernorm_linear.py@v2.12 ``gather_along_first_dim(..., quantizer=...)``). Zero for
-    16/32-bit dtypes.
+    layernorm_linear.py@v2.12 ``gather_along_first_dim(..., quantizer=...)``).
+    ``transposed_copy``: per-tensor ``fp8`` writes a transposed copy besides the row-wise one
+    (Hopper); False where the GPU runs FP8 GEMMs in any layout (``ComputeRates.fp8_transposed_copy``
+    from ``GPUSpec.fp8_gemm_any_layout``, Blackwell): one copy, so a standalone current-scaling
+    cast is 2 read + 2 amax read + 1 write = 5 B/element (not 6), after a norm 2 + 1 = 3 (not 4),
+    delayed scaling 3 (not 4). Zero for 16/32-bit dtypes.
     """
     tokens = np.asarray(tokens, dtype=float)
     current = np.asarray(current_scaling, dtype=bool)
-    copies = quantised_copies(dtype)
+    copies = quantised_copies(dtype, transposed_copy)
     zero = 0.0 * tokens * current
     out = {"fprop": zero, "weights": zero, "dgrad": zero, "fprop_kernels": zero, "dgrad_kernels": zero}
     if not copies:
@@ -273,11 +277,12 @@ def linear_cast_bytes(tokens, shapes, dtype: str, input_fused, grad_fused, curre
     write = copies * ELEMENT_BYTES.get(dtype, 0.0)
     separate = dtype != "fp8" or current          # the norm writes 16-bit output; a kernel quantises it
     fused_extra = np.where(separate, SOURCE_BYTES + write, max(0.0, write - SOURCE_BYTES))
-    per_act = np.where(current, quantise_bytes_per_element(dtype, "activation", "current"),
-                       quantise_bytes_per_element(dtype, "activation"))
-    per_grad = np.where(current, quantise_bytes_per_element(dtype, "grad", "current"),
-                        quantise_bytes_per_element(dtype, "grad"))
-    per_weight = quantise_bytes_per_element(dtype, "weight")
+    t = transposed_copy
+    per_act = np.where(current, quantise_bytes_per_element(dtype, "activation", "current", t),
+                       quantise_bytes_per_element(dtype, "activation", transposed_copy=t))
+    per_grad = np.where(current, quantise_bytes_per_element(dtype, "grad", "current", t),
+                        quantise_bytes_per_element(dtype, "grad", transposed_copy=t))
+    per_weight = quantise_bytes_per_element(dtype, "weight", transposed_copy=t)
     alone = quantise_kernels(dtype, current)
     fused = quantise_kernels(dtype, current, fused=True)
     # delayed scaling's per-expert quantisation is one multi-tensor kernel
@@ -303,7 +308,7 @@ def cast_times(cast_bytes: dict, rates: ComputeRates) -> dict:
             "cast_bwd_s": memory_bound_time_s(cast_bytes["dgrad"], rates, cast_bytes["dgrad_kernels"])}
 
 
-def block_cast_bytes(tokens, shapes, dtype: str, current_scaling, tp, sp) -> dict:
+def block_cast_bytes(tokens, shapes, dtype: str, current_scaling, tp, sp, transposed_copy=True) -> dict:
     """``linear_cast_bytes`` of a block of column-parallel projections that read the block's norm,
     then one row-parallel projection (attention, dense MLP, Mamba mixer, shared experts): the
     norm produces the first projections' inputs (fused where the recipe allows), every other
@@ -312,7 +317,7 @@ def block_cast_bytes(tokens, shapes, dtype: str, current_scaling, tp, sp) -> dic
     n_in = len(shapes) - 1
     return linear_cast_bytes(tokens, shapes, dtype, [True] * n_in + [False], [False] * len(shapes), current_scaling,
                              seq_split=np.where(sp, tp, 1.0), input_sharded=[True] * n_in + [False],
-                             grad_sharded=[False] * n_in + [True])
+                             grad_sharded=[False] * n_in + [True], transposed_copy=transposed_copy)
 
 
 def _linear_times(tokens, shapes, rates: ComputeRates) -> dict:
@@ -387,7 +392,8 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
     shapes = attention_gemm_shapes(model, tp)
-    casts = cast_times(block_cast_bytes(tokens, shapes, rates.dtype, current_scaling, tp, sp), rates)
+    casts = cast_times(block_cast_bytes(tokens, shapes, rates.dtype, current_scaling, tp, sp,
+                                        rates.fp8_transposed_copy), rates)
     gemms = _linear_times(tokens, shapes, rates)
     qk, v = _attention_dims(model)
     core_flops = attention_core_flops(tokens, seq_len, model.num_heads / tp, qk, v,
@@ -468,7 +474,8 @@ def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=N
     tp = np.asarray(tp, dtype=float)
     ffn = model.ffn_hidden_size if ffn is None else ffn
     shapes = mlp_gemm_shapes(model.hidden_size, ffn, model.gated_mlp, tp)
-    casts = cast_times(block_cast_bytes(tokens, shapes, rates.dtype, current_scaling, tp, sp), rates)
+    casts = cast_times(block_cast_bytes(tokens, shapes, rates.dtype, current_scaling, tp, sp,
+                                        rates.fp8_transposed_copy), rates)
     gemms = _linear_times(tokens, shapes, rates)
     act_fwd, act_bwd, extra_fwd, extra_bwd = activation_units(model, unfused_ops)
     split = np.where(sp, tp, 1.0)

@@ -141,7 +141,8 @@ def mamba_block_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, sca
     tp = np.asarray(tp, dtype=float)
     m = model.mamba
     shapes = mamba_gemm_shapes(model, tp)
-    casts = cast_times(block_cast_bytes(tokens, shapes, rates.dtype, current_scaling, tp, sp), rates)
+    casts = cast_times(block_cast_bytes(tokens, shapes, rates.dtype, current_scaling, tp, sp,
+                                        rates.fp8_transposed_copy), rates)
     gemms = _linear_times(tokens, shapes, rates)
     scan_flops = ssd_scan_flops(model, tokens, tp)
     bc_dt = 2.0 * m.num_groups * m.state_size + m.num_heads

@@ -328,7 +328,7 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
     # quantisation of the grouped GEMMs' operands: permuted rows and their gradients are
     # quantised by standalone kernels; each local expert's weights once per step
     expert_casts = linear_cast_bytes(rows, expert_shapes, rates.dtype, [False, False], [False, False],
-                                     current_scaling, local_experts)
+                                     current_scaling, local_experts, transposed_copy=rates.fp8_transposed_copy)
     expert_casts["weights"] = expert_casts["weights"] * local_experts
     up = (3.0 if model.gated_mlp else 2.0)
     expert_flops = 2.0 * routed * k * up * d_e * f_exp
@@ -348,7 +348,8 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
             shared_ends.update({f"tp_{end}_gemm_fwd_s": fwd, f"tp_{end}_gemm_dgrad_s": dgrad,
                                 f"tp_{end}_gemm_wgrad_s": wgrad})
             shared_flops = shared_flops + 2.0 * tokens * n * kk
-        shared_casts = block_cast_bytes(tokens, shared_shapes, rates.dtype, current_scaling, tp, sp)
+        shared_casts = block_cast_bytes(tokens, shared_shapes, rates.dtype, current_scaling, tp, sp,
+                                        rates.fp8_transposed_copy)
         casts = {key: casts[key] + shared_casts[key] for key in casts}
 
     split = np.where(sp, tp, 1.0)

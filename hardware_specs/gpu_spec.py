@@ -21,6 +21,9 @@ MAX_SM_COUNT = 2**20
 #: domain, which a generic node takes as its gpus_per_node): 2**24, over a hundred times the
 #: largest clusters built (a larger value is a typo; ``ParallelConfig`` has the same bound)
 MAX_CLUSTER_GPUS = 2**24
+#: generations whose tensor cores read per-tensor FP8 operands in any layout (compute capability
+#: 10.x-11.x; ``GPUSpec.fp8_gemm_any_layout``). A consumer Blackwell part (12.x) is not one.
+FP8_ANY_LAYOUT_GENERATIONS = frozenset({"blackwell"})
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,18 @@ class GPUSpec:
                                  f"({slowest:g} FLOP/s) is {rate:g} FLOP/s, below the plausible minimum "
                                  f"{MIN_RATE_PER_S:g}", "check the number: it is a share of the peak, e.g. 0.67")
         object.__setattr__(self, "peak_flops_per_s", MappingProxyType(dict(self.peak_flops_per_s)))
+
+    @property
+    def fp8_gemm_any_layout(self) -> bool:
+        """Whether the tensor cores run per-tensor FP8 GEMMs on operands in either layout (not only
+        "TN", both K-major), so Transformer Engine keeps one FP8 copy of a tensor and no transposed
+        one: compute capability 10.x and 11.x (NVIDIA/TransformerEngine@v2.14.1
+        transformer_engine/common/transformer_engine.cpp:1099-1110
+        ``nvte_is_non_tn_fp8_gemm_supported``; pytorch/csrc/quantizer.cpp:574-584 ``with_transpose
+        = columnwise_usage && !is_non_tn_fp8_gemm_supported``). By generation
+        (``FP8_ANY_LAYOUT_GENERATIONS``): the catalog's ``blackwell`` parts are all data-centre
+        ones (B200/GB200 10.0, B300/GB300 10.3); Hopper and earlier need the transposed copy."""
+        return self.generation in FP8_ANY_LAYOUT_GENERATIONS
 
     @property
     def is_cpu(self) -> bool:

@@ -174,3 +174,29 @@ def test_nemotron_3_nano_moe_block_at_ep8_prices_two_tensor_kernels_per_expert_o
     block = moe.moe_mlp_costs(model, rates, 8192.0, 8, 1, current_scaling=True)
     assert float(block["cast_fwd_s"]) == 2 * 16 * 2 + 1 + 2
     assert float(block["cast_bwd_s"]) == 2 * 16 * 2 + 2 * 2
+
+
+def test_blackwell_per_tensor_fp8_keeps_no_transposed_copy():
+    # Transformer Engine v2.14.1: nvte_is_non_tn_fp8_gemm_supported() is true for compute
+    # capability 10.x-11.x (common/transformer_engine.cpp:1099-1110) and the quantizer writes a
+    # transposed copy only where it is false (pytorch/csrc/quantizer.cpp:574-584). Per element:
+    # H100 current scaling standalone 2 read + 2 amax read + 1 + 1 write = 6, after a norm
+    # 2 read + 1 + 1 write = 4, weights (delayed) 2 + 1 + 1 = 4; B200 one copy: 5, 3 and 3.
+    from hardware_specs.catalog import load_gpu
+    h100, b200 = load_gpu("h100-sxm-80gb"), load_gpu("b200")
+    assert not h100.fp8_gemm_any_layout and b200.fp8_gemm_any_layout
+    eff = load_efficiency("blackwell")
+    for gpu, alone, after_norm, weight in ((h100, 6.0, 4.0, 4.0), (b200, 5.0, 3.0, 3.0)):
+        rates = compute_rates(gpu, eff, "fp8")
+        c = linear_cast_bytes(1024, ONE, "fp8", [False], [False], current_scaling=True,
+                              transposed_copy=rates.fp8_transposed_copy)
+        n = linear_cast_bytes(1024, ONE, "fp8", [True], [False], current_scaling=True,
+                              transposed_copy=rates.fp8_transposed_copy)
+        assert float(c["fprop"]) == 1024 * 8192 * alone
+        assert float(c["dgrad"]) == 1024 * 4096 * alone
+        assert float(n["fprop"]) == 1024 * 8192 * after_norm
+        assert float(c["weights"]) == 8192 * 4096 * weight
+    # the block-scaled recipes keep both copies on Blackwell too: mxfp8 2 + 2 x 1.03125
+    m = linear_cast_bytes(1024, ONE, "mxfp8", [False], [False],
+                          transposed_copy=compute_rates(b200, eff, "mxfp8").fp8_transposed_copy)
+    assert float(m["fprop"]) == 1024 * 8192 * 4.0625
