@@ -56,9 +56,20 @@ class EfficiencyModel:
             (special-function units, ``GPUSpec.sfu_exp_per_s``) not hidden under its matmuls by
             the generation's usual fused attention kernel (``attention_kernel: auto``): 0 where
             it overlaps them (FlashAttention-3 / cuDNN's warp-specialised ping-pong on Hopper,
-            Shah et al. 2024, section 3.1), 1 where the second matmul waits for the softmax of
-            the first (NVIDIA, "Inside NVIDIA Blackwell Ultra", 2025, on Blackwell). A documented
-            kernel property, not fitted. How much communication a run leaves exposed is not an
+            Shah et al. 2024, section 3.1; on Blackwell FlashAttention-4 / cuDNN's tcgen05
+            kernels pipeline the softmax of one tile under the matmuls of the next), 1 where the
+            second matmul waits for the softmax of the first (FlashAttention-2 style kernels, the
+            pre-Hopper generations). Blackwell's 0 is what the measured kernels require: at head
+            dim 128 a score costs 2 x (128 + 128) = 512 matmul FLOPs and one exponential, so a
+            B200 running them one after the other even at 100% of its 2.25 PFLOP/s BF16 peak and
+            5e12 exponentials/s (``GPUSpec.sfu_exp_per_s``) reaches at most 512 / (512 / 2.25e15
+            + 1 / 5e12) = 1,198 TFLOP/s, yet FlashAttention-4 reaches 1,605-1,613 TFLOP/s in BF16
+            on B200 (71% of peak; Zadouri, Dao et al. 2026, FlashAttention-4, arXiv 2603.05451)
+            and cuDNN 9.13 about 1.2 PFLOP/s (FlashAttention-4's "up to 1.3x over cuDNN"): only
+            possible with the exponentials overlapped. NVIDIA's "Inside NVIDIA Blackwell Ultra"
+            (2025), which B300/GB300's doubled SFU rate comes from, shows the serial schedule to
+            motivate that rate; Blackwell Ultra's faster SFUs only widen the margin. A documented
+            kernel property, not fitted (the fitter carries it through from the committed YAML). How much communication a run leaves exposed is not an
             efficiency factor either: it follows from the software stack's overlap switches
             (``ParallelConfig``, ``hardware_specs/stacks``).
         sync_skew_fraction: straggler wait at synchronisations. Ranks that must meet (a TP

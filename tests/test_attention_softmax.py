@@ -289,3 +289,25 @@ def test_training_window_layers_attend_to_the_mean_of_min_position_window():
     # mean over layers: half at n/2 keys, half at the window mean (= w - w(w-1)/(2n) exactly)
     keys = 0.5 * n / 2 + 0.5 * window_keys
     assert float(flops) == pytest.approx(2.0 * n * keys * 64 * 128, rel=1e-12)
+
+
+def test_blackwell_hides_the_softmax_under_its_matmuls_as_measured_kernels_require():
+    # head dim 128: a score is 2 x (128 + 128) = 512 matmul FLOPs and one exponential. Serially
+    # on a B200 at 100% of the 2.25 PFLOP/s BF16 peak and 5e12 exp/s:
+    # 512 / (512 / 2.25e15 + 1 / 5e12) = 1.1975e15 FLOP/s, below FlashAttention-4's measured
+    # 1,605-1,613 TFLOP/s BF16 on B200 (Zadouri, Dao et al. 2026, arXiv 2603.05451): the
+    # exponentials overlap the matmuls, as Hopper's FlashAttention-3 (Shah et al. 2024).
+    b200 = load_gpu("b200")
+    serial_bound = 512 / (512 / b200.peak_flops("bf16") + 1 / b200.sfu_exp_per_s)
+    assert serial_bound == pytest.approx(1.1975e15, rel=1e-4)
+    assert serial_bound < 1.605e15
+    eff = load_efficiency("blackwell")
+    assert eff.exposed_softmax_fraction == 0.0
+    rates = compute_rates(b200, eff, "bf16")
+    # Llama-3-8B's core, 2 x 8192 tokens, 32 heads: 16384 x 4096 x 32 = 2.147e9 exponentials =
+    # 0.43 ms at 5e12/s, under the matmuls (2.2e12 FLOPs at <= 2.25 PFLOP/s >= 0.98 ms): the
+    # core costs its matmul time alone
+    flops = attention_core_flops(16384, 8192, 32, 128, 128)
+    exps = attention_core_exponentials(flops, 128, 128)
+    assert exps == pytest.approx(16384 * 4096 * 32)
+    assert attention_time_s(flops, rates, exps) == pytest.approx(attention_time_s(flops, rates, 0.0))
