@@ -11,7 +11,7 @@ from model_specs.model_spec import ModelSpec
 from planners.search_space import RULES
 from simulator.report import TIME_PARTS
 
-_COMPARED = ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "zero_shard_group",
+_COMPARED = ("n_gpus", "dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage", "zero_shard_group",
              "recompute", "recompute_num_layers", "offload_activation_layers", "sequence_parallel", "schedule", "dtype")
 
 
@@ -34,7 +34,10 @@ def _config_text(row) -> str:
         extra += f" offload_layers={row['offload_activation_layers']}"
     if row.get("zero_shard_group", 0):
         extra += f" shard_group={row['zero_shard_group']}"
-    return (f"dp={row['dp']} tp={row['tp']} pp={row['pp']} cp={row['cp']} ep={row['ep']} vpp={row['vpp']} "
+    etp = row.get("etp", 1)
+    # the expert TP where it is not 1 or the row has experts split over ranks (etp 1 vs tp differ)
+    etp = f" etp={etp}" if etp != 1 or row["ep"] > 1 else ""
+    return (f"dp={row['dp']} tp={row['tp']} pp={row['pp']} cp={row['cp']} ep={row['ep']}{etp} vpp={row['vpp']} "
             f"micro_batch={row['micro_batch']} zero={row['zero_stage']} recompute={row['recompute']}{extra} "
             f"sp={sp} schedule={row['schedule']} {row['dtype']}")
 
@@ -313,7 +316,7 @@ def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None, prior: boo
         if ties:
             lines.append(f"({ties} other plan(s) tie with the winner on tokens/s; it is listed first for "
                          f"using the least memory)")
-        diffs = [f"{k} {win[k]} -> {run[k]}" for k in _COMPARED if str(win[k]) != str(run[k])]
+        diffs = [f"{k} {win[k]} -> {run[k]}" for k in _COMPARED if k in win and str(win[k]) != str(run[k])]
         lines.append(f"runner-up: {_config_text(run)}")
         lines.append(f"           {_perf_text(run, gpu, mark)}  ({100 * (run['step_time_s'] / win['step_time_s'] - 1):+.2f}% "
                      f"step time; differs in {', '.join(diffs) if diffs else 'nothing'})")

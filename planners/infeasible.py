@@ -393,6 +393,8 @@ def _describe(space, row: int, dtype: str, offload_layers: int = 0) -> str:
     activation layers per chunk the memory search offloaded in it."""
     col = space.columns
     ep = f" ep={col['ep'][row]}" if "ep" in col and col["ep"][row] > 1 else ""
+    if "etp" in col and (col["etp"][row] > 1 or ep):      # the expert TP the row runs
+        ep += f" etp={col['etp'][row]}"
     offload = f", {offload_layers} layers a chunk offloaded to the host" if offload_layers else ""
     return (f"dp={col['dp'][row]} tp={col['tp'][row]} pp={col['pp'][row]} cp={col['cp'][row]}{ep} "
             f"vpp={col['vpp'][row]} micro_batch={col['micro_batch'][row]} zero={col['zero_stage'][row]} "

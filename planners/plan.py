@@ -45,8 +45,8 @@ from planners.vectorized import DEFAULT_CHUNK_ROWS, Evaluated, evaluate_space
 from simulator import headroom
 from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, CPKind, ParallelConfig, Schedule
 from simulator.report import TIME_PARTS
-from simulator.stack_defaults import (check_stack_cp_kind, run_cp_kind, stack_config_fields, stack_cp_kind,
-                                      stack_expert_tp)
+from simulator.stack_defaults import (check_stack_cp_kind, run_cp_kind, searched_expert_tp, stack_config_fields,
+                                      stack_cp_kind)
 from simulator.step_model import LAYER_KEY_FIELDS
 
 GIB = 2**30
@@ -57,7 +57,7 @@ GIB = 2**30
 #: needs every fitting plan asks for them: ``max_plans=None`` (notebooks/llama3_70b_on_256_h100.py).
 MAX_PLANS = 20_000
 #: the ranked table's columns (units in the names; mfu is a fraction of the dtype's peak).
-OUTPUT_COLUMNS = ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch", "zero_stage",
+OUTPUT_COLUMNS = ("n_gpus", "dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch", "zero_stage",
                   "zero_shard_group", "recompute", "recompute_num_layers", "recompute_layers_decrement",
                   "offload_activation_layers", "sequence_parallel", "schedule", "cp_kind", "dtype", "step_time_s",
                   "tokens_per_s",
@@ -545,12 +545,13 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
                       "cp_kind": kinds[0] if kinds else stack_cp_kind(stack_spec, model.name, cluster.gpu.name, d)}
                      for d in dtypes)
     software = dict(zip(dtypes, defaults))        # what the plans run (PlanResult.software)
-    # the expert tensor-parallel degree the rows run: the stack's (tp or 1), as simulate without --etp
-    follows = {stack_expert_tp(stack_spec, 2, model.moe is not None, model.name, cluster.gpu.name, d) == 2
-               for d in dtypes}
-    if len(follows) > 1:
-        raise InputError("dtypes", f"{stack_spec.name} runs a different expert tensor-parallel degree for "
-                         f"{', '.join(dtypes)}: a search runs one", "search each dtype on its own")
+    # the expert tensor-parallel degrees the rows run: the stack's (tp or 1: simulate without --etp
+    # runs it), and 1 too where the release lets the user set it (``searched_expert_tp``)
+    etp_choices = {searched_expert_tp(stack_spec, model.moe is not None, model.name, cluster.gpu.name, d)
+                   for d in dtypes}
+    if len(etp_choices) > 1:
+        raise InputError("dtypes", f"{stack_spec.name} runs different expert tensor-parallel degrees for "
+                         f"{', '.join(dtypes)}: a search runs one set", "search each dtype on its own")
     defaults = _pinned_recompute(defaults, fixed, recompute_num_layers)
     pinned_layers = int(recompute_num_layers or 0)    # _pinned_recompute refused it without full
     constraints = SearchConstraints(
@@ -570,8 +571,8 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         cp_kinds=tuple(dict.fromkeys(d["cp_kind"] for d in defaults)),
         # a full recomputation of N layers a chunk needs chunks of N layers (check_config agrees)
         recompute_num_layers=pinned_layers,
-        # an MoE row's expert TP is its tp where the stack splits the experts over it (simulate agrees)
-        expert_tp_follows_tp=follows.pop())
+        # an MoE row's expert TP: the stack's default (tp or 1), and 1 where the release folds EP
+        expert_tp_choices=etp_choices.pop())
 
     # the space is built and scored chunk by chunk; only the rows a result can show are kept
     base = enumerate_base(model, constraints, space_chunk_rows)
@@ -788,7 +789,7 @@ def _ranked_table(space, ev, gbs: int, hbm_bytes: float, row_ids: np.ndarray | N
     mem = out["memory_bytes"][order]
     data = {
         "n_gpus": dp * tp * pp * cp, "dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": cols["ep"][r],
-        # the expert TP the row ran (the stack's: tp or 1, ``SearchConstraints.expert_tp_follows_tp``)
+        # the expert TP the row ran (tp or 1, ``SearchConstraints.expert_tp_choices``)
         "etp": cols["etp"][r] if "etp" in cols else np.ones(len(r), np.int64),
         "vpp": cols["vpp"][r], "micro_batch": cols["micro_batch"][r],
         "global_batch": np.full(len(r), gbs, dtype=np.int64), "zero_stage": cols["zero_stage"][r],

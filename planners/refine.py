@@ -141,6 +141,8 @@ def refine_table(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, p
     dtype_index = np.array([dtypes.index(d) for d in names], dtype=np.int64)
     columns = {k: plans[k].to_numpy().astype(np.int64) for k in
                ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "zero_shard_group")}
+    if "etp" in plans:      # the expert TP the row ran (``SearchConstraints.expert_tp_choices``)
+        columns["etp"] = plans["etp"].to_numpy().astype(np.int64)
     columns["sequence_parallel"] = plans["sequence_parallel"].to_numpy().astype(bool).astype(np.int64)
     for key, names_of in (("recompute", RECOMPUTE_NAMES), ("schedule", SCHEDULE_NAMES)):
         code = {name: i for i, name in enumerate(names_of)}

@@ -52,7 +52,9 @@ RULES = {
                 "chunks per rank; cp under Ulysses), or, with "
                 "sequence parallelism, tp does not divide the seq_len / cp tokens of a cp rank",
     "batch": "dp*micro_batch does not divide the global batch (or, interleaved, the micro-batch count is not a multiple of pp)",
-    "experts": "ep does not divide the experts, or does not divide dp*cp*tp",
+    "experts": "ep does not divide the experts, or ep*etp does not divide dp*cp*tp",
+    "etp_repeat": "an expert tensor-parallel choice giving the etp an earlier choice gives the row (etp tp and "
+                  "etp 1 at tp 1): the same configuration",
     "vpp_needs_pp": "virtual pipeline stages with pp = 1",
     "schedule": "schedule does not match vpp (interleaved needs vpp > 1; vpp > 1 is always interleaved)",
     "dualpipe": "DualPipe without an even pp and an even micro-batch count >= 2 pp (its schedule pairs rank i with p-1-i)",
@@ -75,6 +77,8 @@ RECOMPUTE_NAMES = tuple(r.value for r in Recompute)           # index = code
 SCHEDULE_NAMES = tuple(s.value for s in Schedule)             # index = code
 DEFAULT_SCHEDULES = (Schedule.ONE_F_ONE_B.value, Schedule.INTERLEAVED.value)
 #: the fields a request may fix (``--fix name=value``) and the axis each belongs to.
+#: ``SearchConstraints.expert_tp_choices`` values: the row's tp, or 1
+EXPERT_TP_CHOICES = ("tp", "one")
 FIXABLE = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute",
            "sequence_parallel", "schedule", "zero_shard_group", "cp_kind")
 
@@ -153,8 +157,12 @@ class SearchConstraints:
             whose tensor-, context-, expert-, data-parallel or ZeRO shard groups do not tile it
             is not searched (``topology.groups_tile_node``), as ``check_cluster`` refuses it;
             0 = not checked.
-        expert_tp_follows_tp: an MoE row's expert tensor-parallel degree is its tp (the stack's
-            ``expert_tp_default: tp``, ``simulator.stack_defaults.stack_expert_tp``); False: 1.
+        expert_tp_choices: the expert tensor-parallel degrees an MoE row is searched at, each
+            ``"tp"`` (the row's tp: the experts split over the tensor-parallel group) or ``"one"``
+            (whole experts on each expert rank), the stack's default first
+            (``simulator.stack_defaults.searched_expert_tp``: the default, plus ``one`` where the
+            release folds EP and lets the user set etp); a choice giving the same etp as an
+            earlier one at a row's tp (tp 1) is not searched twice. A dense model runs etp 1.
     """
 
     gpus: tuple[int, int]
@@ -172,7 +180,7 @@ class SearchConstraints:
     scaleup_gpus: int = 0
     cp_kinds: tuple[str, ...] = ("ring",)
     recompute_num_layers: int = 0
-    expert_tp_follows_tp: bool = False
+    expert_tp_choices: tuple[str, ...] = ("one",)
 
 
 @dataclass(frozen=True)
@@ -382,6 +390,9 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
                          "layouts, more than one search covers", "search a narrower range of GPU counts")
     experts = model.moe.num_experts if model.moe is not None else 1
     ep_raw = divisors(experts) if model.moe is not None else np.ones(1, dtype=np.int64)
+    etp_choices = tuple(c.expert_tp_choices) if model.moe is not None else ("one",)
+    if not etp_choices or set(etp_choices) - set(EXPERT_TP_CHOICES):
+        raise ValueError(f"expert_tp_choices {etp_choices!r}: each one of {EXPERT_TP_CHOICES}")
     mb_raw = micro_batch_candidates(gbs, c.max_micro_batch)
     vpp_raw = vpp_candidates(L)
     sched_raw = np.array([SCHEDULE_CODES[Schedule(s)] for s in c.schedules], dtype=np.int64)
@@ -390,7 +401,7 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
     rc_raw = np.array([RECOMPUTE_CODES[r] for r in Recompute], dtype=np.int64)
     hsdp_raw = _hsdp_choices(c, fixed)
     n_dt = len(c.dtypes)
-    later = [len(ep_raw), len(mb_raw), len(vpp_raw),
+    later = [len(ep_raw) * len(etp_choices), len(mb_raw), len(vpp_raw),
              len(sched_raw) * 2 * 4 * len(rc_raw) * (1 if hsdp_raw is None else len(hsdp_raw)), n_dt]
 
     def scale(stage: int) -> int:
@@ -424,12 +435,17 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
     ], len(dp), scale(0))
     cols = {"dp": dp[ok], "tp": tp[ok], "pp": pp[ok], "cp": cp[ok]}
 
-    cols = _cross(cols, ep_raw, "ep")
-    # expert tensor parallelism is not searched: each row runs the stack's (tp where the release
-    # splits the experts over the tensor-parallel group, ``stack_defaults.stack_expert_tp``; else 1)
-    cols["etp"] = cols["tp"].copy() if c.expert_tp_follows_tp and model.moe is not None else np.ones_like(cols["tp"])
+    # each ep crossed with each searched expert TP choice (``SearchConstraints.expert_tp_choices``)
+    cols = _cross(cols, np.arange(len(ep_raw) * len(etp_choices), dtype=np.int64), "ep")
+    choice = cols["ep"] % len(etp_choices)
+    cols["ep"] = ep_raw[cols["ep"] // len(etp_choices)]
+    by_choice = np.stack([cols["tp"] if e == "tp" else np.ones_like(cols["tp"]) for e in etp_choices])
+    cols["etp"] = np.take_along_axis(by_choice, choice[None, :], 0)[0]
+    # a choice whose etp an earlier choice already gives this row (tp 1: tp and one agree)
+    repeat = (by_choice == cols["etp"][None, :]) & (np.arange(len(etp_choices))[:, None] < choice[None, :])
     ok = count.apply([
         ("fixed", _allowed(fixed, "ep", cols["ep"])),
+        ("etp_repeat", ~repeat.any(axis=0)),
         ("experts", (experts % cols["ep"] == 0)
          & ((cols["dp"] * cols["cp"] * cols["tp"]) % (cols["ep"] * cols["etp"]) == 0)),
         ("stack", ~lacked_use(lacks, ep=cols["ep"])),

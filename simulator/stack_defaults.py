@@ -122,6 +122,24 @@ def stack_expert_tp(stack: StackSpec, tp: int, is_moe: bool, model_name: str | N
     return int(tp) if stack.training_for(model_name, gpu, dtype).expert_tp_default == "tp" else 1
 
 
+def searched_expert_tp(stack: StackSpec, is_moe: bool, model_name: str | None = None, gpu: str | None = None,
+                       dtype: str | None = None) -> tuple[str, ...]:
+    """The expert tensor-parallel choices a search of an MoE model on ``stack`` runs
+    (``planners.search_space.SearchConstraints.expert_tp_choices``: ``"tp"``, the row's tp, or
+    ``"one"``), the stack's default first (``stack_expert_tp``). Where the release folds the
+    expert groups over the data, context and tensor ranks (``expert_parallel_layout`` ``folded``:
+    Megatron-Core >= 0.10, whose --expert-tensor-parallel-size the user may set, MoE parallel
+    folding, arXiv:2504.14960, with etp 1 its usual choice), etp 1 is searched besides a default
+    of tp; where EP is carved out of data parallelism (``carved_from_dp``: Megatron-Core <= 0.9,
+    which runs etp = tp) only the default. A dense model: ``("one",)``."""
+    if not is_moe:
+        return ("one",)
+    t = stack.training_for(model_name, gpu, dtype)
+    default = "tp" if stack_expert_tp(stack, 2, True, model_name, gpu, dtype) == 2 else "one"
+    folded = t is None or t.expert_parallel_layout == "folded"
+    return tuple(dict.fromkeys((default, "one") if folded else (default,)))
+
+
 def stack_sequence_parallel(stack: StackSpec, tp: int, model_name: str | None = None, gpu: str | None = None,
                             dtype: str | None = None, moe: bool = False) -> bool:
     """Whether the stack's recipes run Megatron sequence parallelism at tensor degree ``tp``: where

@@ -157,3 +157,50 @@ def test_megatron_core_from_0_10_defaults_expert_tp_to_tp():
     # Megatron-Bridge's recipes set etp 1 explicitly; the non-Megatron stacks have no expert TP
     for name in ("megatron-bridge", "megatron-bridge-26.06", "torchtitan", "pytorch-fsdp", "megatron-deepspeed"):
         assert stack_expert_tp(_stack(name), 4, is_moe=True) == 1
+
+
+# --------------------------------------------------------------------------------------------
+# the planner searches etp 1 besides the stack's default where the release folds EP
+# --------------------------------------------------------------------------------------------
+
+def test_searched_expert_tp_is_the_default_plus_one_where_the_release_folds_ep():
+    from hardware_specs.catalog import load_stack
+    from simulator.stack_defaults import searched_expert_tp
+    # Megatron-Core >= 0.10: --expert-tensor-parallel-size defaults to tp, the user may set 1 (folding)
+    assert searched_expert_tp(load_stack("megatron-core"), True, "mixtral-8x7b") == ("tp", "one")
+    # NeMo 24.09 (Megatron-Core 0.9): EP carved from DP, etp = tp only
+    assert searched_expert_tp(load_stack("nemo-24.09"), True, "mixtral-8x7b") == ("tp",)
+    # Megatron-Bridge recipes: etp 1
+    assert searched_expert_tp(load_stack("megatron-bridge-25.09"), True, "mixtral-8x7b") == ("one",)
+    assert searched_expert_tp(load_stack("megatron-core"), False, "llama3-8b") == ("one",)
+
+
+def test_megatron_core_plan_rows_at_etp_one_and_tp_each_equal_simulate_with_that_etp():
+    """Under the default stack (Megatron-Core >= 0.10, folded) the search has both the etp 1
+    layouts (MoE parallel folding) and the default etp = tp; each row is what `simulate --etp`
+    gives it. Before, only etp = tp rows were searched (and tp 2 pp 2 ep 8 on 16 GPUs, ep*etp =
+    16 not dividing dp*cp*tp = 4*1*2 = 8, was not a plan at all)."""
+    import io
+    import json
+    import pandas as pd
+    args = ["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch", "64"]
+    plan = pd.read_csv(io.StringIO(_cli("plan", *args, "--stack", "megatron-core", "--fix", "ep=8",
+                                        "--top", "5000", "--csv")))
+    # tp 2 pp 2 ep 8 on 16 GPUs (dp 4) is a layout at etp 1 only: 8*1 divides 4*2, 8*2 does not
+    assert set(plan[(plan.tp == 2) & (plan.pp == 2)].etp) == {1}
+    # tp 2 pp 1 (dp 8): 8*2 divides 8*2, both are searched; tp 1 rows are etp 1 once (not twice)
+    assert set(plan[(plan.tp == 2) & (plan.pp == 1)].etp) == {1, 2}
+    assert set(plan[plan.tp == 1].etp) == {1}
+    default = plan[(plan.etp == plan.tp) & (plan.tp > 1)]
+    for pick in (plan[plan.etp == 1].iloc[0], default.iloc[0]):
+        sim = ["simulate", *args, "--stack", "megatron-core", "--uneven-layers", "--json",
+               "--zero", pick["zero_stage"], "--recompute", pick["recompute"], "--dtype", pick["dtype"],
+               "--schedule", pick["schedule"],
+               "--sequence-parallel" if pick["sequence_parallel"] else "--no-sequence-parallel"]
+        for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_shard_group",
+                     "recompute_num_layers", "offload_activation_layers"):
+            if pick[name]:
+                sim += [f"--{name.replace('_', '-')}", pick[name]]
+        report = json.loads(_cli(*sim))
+        assert report["config"]["etp"] == pick["etp"]
+        assert report["step_time_s"] == pytest.approx(pick["step_time_s"], rel=1e-9)

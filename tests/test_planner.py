@@ -126,7 +126,7 @@ def _resimulate(row: dict, model: str, cluster: str, global_batch: int, switches
             "--zero", row["zero_stage"], "--recompute", row["recompute"], "--dtype", row["dtype"],
             "--schedule", row["schedule"], "--sequence-parallel" if row["sequence_parallel"] else "--no-sequence-parallel",
             "--json", *switches]
-    for name in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_shard_group", "recompute_num_layers",
+    for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_shard_group", "recompute_num_layers",
                  "offload_activation_layers"):
         if row[name]:
             args += [f"--{name.replace('_', '-')}", row[name]]
@@ -267,10 +267,13 @@ def test_a_fixed_schedule_restricts_the_reported_space_and_keeps_the_same_rows()
     # the raw space by hand: (dp, tp, pp, cp) with dp*tp*pp*cp = 2**11 is C(11 + 3, 3) = 364 ordered
     # factorisations; ep divides 256 experts (9); micro-batches divide 15,360 = 2**10 * 3 * 5 (44);
     # vpp divides 61 or 61 + 2 layers ({1, 3, 7, 9, 21, 61, 63}: 7); 2 schedules x sp 2 x ZeRO 4 x
-    # recompute 3 x hybrid sharding {0, node} 2 x one dtype
-    raw = 364 * 9 * 44 * 7 * (2 * 2 * 4 * 3 * 2)                 # 96,864,768
+    # recompute 3 x hybrid sharding {0, node} 2 x one dtype; x 2 expert TP choices (megatron-core,
+    # the default stack, folds EP: its default etp = tp and etp 1, ``searched_expert_tp``)
+    raw = 364 * 9 * 44 * 7 * (2 * 2 * 4 * 3 * 2) * 2             # 193,729,536
     assert free.raw_size == raw and fixed.raw_size == raw // 2
-    assert fixed.pruned["fixed"] == free.pruned["fixed"] // 2 == 46_717_440     # pp and ep, as before
+    # pp and ep, as before (46,717,440 with one etp) for each of the two etp choices: "fixed" is
+    # applied before the tp-1 repeat of the two choices is dropped
+    assert fixed.pruned["fixed"] == free.pruned["fixed"] // 2 == 2 * 46_717_440
     assert set(fixed.plans["schedule"]) == {"dualpipe"}
     assert searched_schedules(("1f1b", "interleaved"), {"schedule": ("dualpipe",)}) == ("dualpipe",)
     assert searched_schedules(("1f1b", "interleaved"), {"schedule": ("interleaved",)}) == ("interleaved",)
