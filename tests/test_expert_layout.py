@@ -204,3 +204,23 @@ def test_megatron_core_plan_rows_at_etp_one_and_tp_each_equal_simulate_with_that
         report = json.loads(_cli(*sim))
         assert report["config"]["etp"] == pick["etp"]
         assert report["step_time_s"] == pytest.approx(pick["step_time_s"], rel=1e-9)
+
+
+def test_simulate_says_an_unfitting_expert_tp_is_the_stacks_default_and_how_to_fix_it():
+    """mixtral tp 2 ep 8 on 8 GPUs (dp 4): megatron-core's default etp = tp = 2 gives ep*etp = 16,
+    which does not divide dp*cp*tp = 4*1*2 = 8; at etp 1, 8 divides 8. The error names the
+    stack's default and suggests --etp 1 (a release that folds EP takes it)."""
+    from click.testing import CliRunner
+    from paraplan.cli import main
+    args = ["simulate", "-m", "mixtral-8x7b", "-c", "dgx-h100", "--gpus", "8", "--tp", "2", "--ep", "8",
+            "--global-batch", "64"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code != 0
+    line = res.output.strip().splitlines()[-1]
+    assert line.startswith("error: etp: 2 is megatron-core's default") and "ep*etp = 8*2" in line
+    assert "dp*cp*tp = 8" in line and line.endswith(")") and "(--etp 1" in line
+    # NeMo 24.09 carves EP from DP and runs etp = tp only: it suggests an ep dividing dp*cp = 4
+    res = CliRunner().invoke(main, args + ["--stack", "nemo-24.09"])
+    assert "nemo-24.09's default" in res.output and "--etp 1" not in res.output and "dp*cp = 4" in res.output
+    # stated, etp 1 runs
+    assert CliRunner().invoke(main, args + ["--etp", "1", "--gpus", "16"]).exit_code == 0
