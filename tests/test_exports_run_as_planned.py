@@ -16,7 +16,7 @@ def _row(**kw):
     return api.simulate(**kw).iloc[0].to_dict()
 
 
-MIXTRAL = dict(model="mixtral-8x22b", cluster="dgx-h100", gpus=64, tp=2, pp=8, vpp=7, cp=2, ep=8, dp=2,
+MIXTRAL = dict(model="mixtral-8x22b", cluster="dgx-h100", gpus=64, tp=2, pp=8, vpp=7, cp=2, ep=8, etp=1, dp=2,
                global_batch=64, micro_batch=1, seq_len=4096, zero_stage=1)
 
 

@@ -183,9 +183,11 @@ def test_dask_local_cluster_gives_the_in_process_rows(tmp_path):
     spec = spec_from_dict({**GRID, "gpus": [16]})
     assert len(chunks(spec)) >= 4
     local = run_sweep(spec, local=True)
+    # mixtral-8x7b has invalid points too: megatron-core (Megatron-Core >= 0.10) runs etp = tp where
+    # the point states none (a760eee), and tp 2 pp 2 ep 8 on 16 GPUs (dp 4) needs ep*etp = 8*2 = 16
+    # to divide dp*cp*tp = 4*1*2 = 8 (tp 4 pp 2: 32 and 8), which it does not
     assert set(map(tuple, local[["model", "cluster", "status"]].drop_duplicates().to_numpy())) == \
-        {(m, c, s) for m in GRID["models"] for c in GRID["clusters"] for s in ("ok", "invalid", "does not fit")} \
-        - {("mixtral-8x7b", c, "invalid") for c in GRID["clusters"]}
+        {(m, c, s) for m in GRID["models"] for c in GRID["clusters"] for s in ("ok", "invalid", "does not fit")}
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
         remote = run_sweep(spec, tmp_path, client=client)
