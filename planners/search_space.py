@@ -79,7 +79,7 @@ DEFAULT_SCHEDULES = (Schedule.ONE_F_ONE_B.value, Schedule.INTERLEAVED.value)
 #: the fields a request may fix (``--fix name=value``) and the axis each belongs to.
 #: ``SearchConstraints.expert_tp_choices`` values: the row's tp, or 1
 EXPERT_TP_CHOICES = ("tp", "one")
-FIXABLE = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute",
+FIXABLE = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage", "recompute",
            "sequence_parallel", "schedule", "zero_shard_group", "cp_kind")
 
 
@@ -444,7 +444,7 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
     # a choice whose etp an earlier choice already gives this row (tp 1: tp and one agree)
     repeat = (by_choice == cols["etp"][None, :]) & (np.arange(len(etp_choices))[:, None] < choice[None, :])
     ok = count.apply([
-        ("fixed", _allowed(fixed, "ep", cols["ep"])),
+        ("fixed", _allowed(fixed, "ep", cols["ep"]) & _allowed(fixed, "etp", cols["etp"])),
         ("etp_repeat", ~repeat.any(axis=0)),
         ("experts", (experts % cols["ep"] == 0)
          & ((cols["dp"] * cols["cp"] * cols["tp"]) % (cols["ep"] * cols["etp"]) == 0)),

@@ -224,3 +224,17 @@ def test_simulate_says_an_unfitting_expert_tp_is_the_stacks_default_and_how_to_f
     assert "nemo-24.09's default" in res.output and "--etp 1" not in res.output and "dp*cp = 4" in res.output
     # stated, etp 1 runs
     assert CliRunner().invoke(main, args + ["--etp", "1", "--gpus", "16"]).exit_code == 0
+
+
+def test_a_search_can_fix_the_expert_tp():
+    """--fix etp=1 keeps the folding layouts only: DeepSeek-V3 on 256 H100 at ep 1 fits only with
+    the experts split over tp (etp = tp; test_notebooks: with whole experts its smallest plan needs
+    more than 76 GiB), so fixing etp 1 leaves no plan, as before the default became tp."""
+    from hardware_specs.errors import InputError
+    from paraplan import api
+    free = api.plan("mixtral-8x7b", "dgx-h100", 16, 64 * 4096, ep=[8], max_plans=None)
+    one = api.plan("mixtral-8x7b", "dgx-h100", 16, 64 * 4096, ep=[8], etp=[1], max_plans=None)
+    assert set(free.etp) == {1, 2} and set(one.etp) == {1}
+    assert len(one) == (free.etp == 1).sum()
+    with pytest.raises(InputError):
+        api.plan("deepseek-v3", "dgx-h100", 256, 4 * 2**20, ep=[1], etp=[1], max_plans=1)
