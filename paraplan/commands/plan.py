@@ -215,7 +215,7 @@ def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None, stac
 def simulate_command(row, model: str, cluster: str, seq_len: int | None = None,
                      stack: str = DEFAULT_TRAINING_STACK, switches: dict | None = None,
                      headroom_gib: float | None = None, num_layers: int | None = None,
-                     default_cp_kind: str | None = None) -> str:
+                     default_cp_kind: str | None = None, moe: bool = False) -> str:
     """The ``paraplan simulate`` command of a plan row (its label's abbreviations as options:
     ``off7`` is --offload-activation-layers 7, ``full2d1`` --recompute full --recompute-num-layers 2
     --recompute-layers-decrement 1, ``hsdp8`` --zero-shard-group 8), with the request's model,
@@ -225,8 +225,10 @@ def simulate_command(row, model: str, cluster: str, seq_len: int | None = None,
     model's ``num_layers`` do not split into the row's chunks (DeepSeek-V3's 61 layers on DualPipe's
     2 x 16), and ``--cp-kind`` where the row's context-parallel flavour (``cp_kind``) is not
     ``default_cp_kind``, the one ``simulate`` runs without it on this stack
-    (``stack_defaults.run_cp_kind``; None: given at every cp > 1); it prints the row's step time
-    and fit verdict."""
+    (``stack_defaults.run_cp_kind``; None: given at every cp > 1), and ``--etp`` for an MoE model
+    (``moe``) always: the search tries etp 1 besides the stack's default (tp) under a folding
+    stack, and a command without it re-ran DeepSeek-V3's etp-1 winner on 256 H100 at etp = tp
+    (29.27 s against the plan's 21.01 s); it prints the row's step time and fit verdict."""
     get = lambda k, d=0: row[k] if k in row and row[k] is not None else d     # noqa: E731
     args = ["paraplan", "simulate", "-m", model, "-c", cluster, "-n", str(int(get("n_gpus")))]
     if seq_len is not None:
@@ -234,6 +236,8 @@ def simulate_command(row, model: str, cluster: str, seq_len: int | None = None,
     for option, key in (("--tp", "tp"), ("--pp", "pp"), ("--cp", "cp"), ("--ep", "ep"), ("--vpp", "vpp")):
         if int(get(key, 1)) > 1:
             args += [option, str(int(get(key)))]
+    if moe:
+        args += ["--etp", str(int(get("etp", 1)))]
     args += ["--micro-batch", str(int(get("micro_batch", 1))), "--global-batch", str(int(get("global_batch"))),
              "--zero", str(int(get("zero_stage")))]
     if int(get("zero_shard_group")) > 0:
@@ -640,7 +644,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         # the flavour simulate runs without --cp-kind at this cp (the stack's; ring at cp 1)
         default_kind = run_cp_kind(int(best["cp"]), None, stack, spec.name, cl.gpu.name, str(best["dtype"]))
         command = simulate_command(best, model, cluster, seq_len, stack_arg, switches, headroom_gib, layers,
-                                   default_kind)
+                                   default_kind, moe=spec.moe is not None)
         out.append(f"best plan as one run (its step, memory per stage and why):\n{wrap_command(command)}\n")
         unmeasured = _unmeasured_features(best, cl)
         if unmeasured:
