@@ -89,8 +89,8 @@ from simulator.parallel_config import BOOL_FIELDS, MAX_GLOBAL_BATCH, MAX_GPUS, P
 from planners.search_space import FIXABLE as SEARCH_FIXABLE
 from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
 from simulator.simulate import simulate as _simulate
-from simulator.stack_defaults import (check_stack_cp_kind, run_cp_kind, stack_config_fields, stack_expert_tp,
-                                      stack_sequence_parallel, stack_zero_stage)
+from simulator.stack_defaults import (check_default_expert_tp, check_stack_cp_kind, run_cp_kind, stack_config_fields,
+                                      stack_expert_tp, stack_sequence_parallel, stack_zero_stage)
 
 GIB = 2**30
 GBIT = 1e9 / 8          # bytes/s in one Gb/s
@@ -570,6 +570,7 @@ def simulate_report(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpus:
                                    hbm_tb_per_s=hbm_tb_per_s, peak_flops_scale=peak_flops_scale)
     # a bad headroom fails before anything is computed (as paraplan simulate): negative, NaN, all of the HBM
     keep_gib = None if headroom_gib is None else headroom.headroom_gib(cluster_spec.gpu.hbm_bytes, headroom_gib)
+    etp_given = config_fields.get("etp") is not None
     config_fields = with_stack_fields(model_spec, cluster_spec, stack, config_fields)
     if config_fields.get("zero_stage") is None:
         # dp and cp resolved before the stack's ZeRO stage is known: without the hybrid-sharding
@@ -584,6 +585,11 @@ def simulate_report(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpus:
         config_fields["zero_stage"] = stack_zero_stage(spec, config.dp, config.cp, model_spec.name,
                                                        cluster_spec.gpu.name, config.dtype)
         config = build_config(model_spec, gpus, **config_fields)
+    if not etp_given:
+        # the stack's default etp that does not fit, said as `paraplan simulate` says it
+        check_default_expert_tp(load_stack(stack or DEFAULT_STACK) if not isinstance(stack, StackSpec) else stack,
+                                model_spec, cluster_spec.gpu.name, config.dtype, config.dp, config.cp, config.tp,
+                                config.ep, config.etp, flag="etp=")
     report = _simulate(model_spec, cluster_spec, config, n_gpus=gpus, efficiency=efficiency)
     if keep_gib is not None:
         report = replace(report, extras={**report.extras, HEADROOM_EXTRA: keep_gib * GIB})

@@ -122,6 +122,28 @@ def stack_expert_tp(stack: StackSpec, tp: int, is_moe: bool, model_name: str | N
     return int(tp) if stack.training_for(model_name, gpu, dtype).expert_tp_default == "tp" else 1
 
 
+def check_default_expert_tp(stack: StackSpec, model, gpu: str | None, dtype: str | None, dp: int, cp: int,
+                            tp: int, ep: int, etp: int, flag: str = "--etp ") -> None:
+    """Refuse, saying where it came from, a stack-default expert TP (``stack_expert_tp``: tp) whose
+    expert groups do not tile the ranks (ep*etp must divide dp*cp*tp, ``check_config``), where etp 1
+    would: a release that folds EP (Megatron-Core >= 0.10) takes etp 1 (``flag`` names the option:
+    ``--etp `` for the command, ``etp=`` for the API and sweeps); one that carves EP out of data
+    parallelism (Megatron-Core <= 0.9) runs etp = tp only and needs an ep dividing dp
+    (``check_config``). The one check of ``paraplan simulate``, the API's simulate and sweeps, so
+    they say the same. An ep that does not divide the experts is ``check_config``'s own error (an
+    etp would not fix it); so is a default that fits, or an ep that no etp fits."""
+    moe = getattr(model, "moe", None)
+    ranks = dp * cp * tp
+    if moe is None or moe.num_experts % ep or etp <= 1 or ranks % (ep * etp) == 0 or ranks % ep:
+        return
+    folded = stack_config_fields(stack, dtype or "bf16", model.name, gpu).get("ep_carved_from_dp") is not True
+    what = (f"{etp} is {stack.name}'s default (expert_tp_default tp: the experts split over the tp group), and "
+            f"ep*etp = {ep}*{etp} does not divide dp*cp*tp = {ranks}")
+    fix = (f"{flag}1: whole experts on each expert rank, MoE parallel folding" if folded else
+           f"an ep dividing dp = {dp}: {stack.name} carves EP out of data parallelism at etp = tp")
+    raise InputError("etp", what, fix)
+
+
 def searched_expert_tp(stack: StackSpec, is_moe: bool, model_name: str | None = None, gpu: str | None = None,
                        dtype: str | None = None) -> tuple[str, ...]:
     """The expert tensor-parallel choices a search of an MoE model on ``stack`` runs

@@ -219,9 +219,10 @@ def test_simulate_says_an_unfitting_expert_tp_is_the_stacks_default_and_how_to_f
     line = res.output.strip().splitlines()[-1]
     assert line.startswith("error: etp: 2 is megatron-core's default") and "ep*etp = 8*2" in line
     assert "dp*cp*tp = 8" in line and line.endswith(")") and "(--etp 1" in line
-    # NeMo 24.09 carves EP from DP and runs etp = tp only: it suggests an ep dividing dp*cp = 4
+    # NeMo 24.09 carves EP from DP and runs etp = tp only: it suggests an ep dividing dp = 4
+    # (Megatron-Core 0.9 carves the EP groups out of the data-parallel ranks, rank order tp-cp-ep-dp-pp)
     res = CliRunner().invoke(main, args + ["--stack", "nemo-24.09"])
-    assert "nemo-24.09's default" in res.output and "--etp 1" not in res.output and "dp*cp = 4" in res.output
+    assert "nemo-24.09's default" in res.output and "--etp 1" not in res.output and "dividing dp = 4" in res.output
     # stated, etp 1 runs
     assert CliRunner().invoke(main, args + ["--etp", "1", "--gpus", "16"]).exit_code == 0
 

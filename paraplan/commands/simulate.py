@@ -30,8 +30,8 @@ from simulator.parallel_config import (MAX_GLOBAL_BATCH, MAX_GPUS, AttentionKern
 from simulator import headroom
 from simulator.report import StepReport
 from simulator.simulate import simulate
-from simulator.stack_defaults import (run_cp_kind, stack_config_fields, stack_expert_tp, stack_sequence_parallel,
-                                      stack_zero_stage)
+from simulator.stack_defaults import (check_default_expert_tp, run_cp_kind, stack_config_fields, stack_expert_tp,
+                                      stack_sequence_parallel, stack_zero_stage)
 
 GIB = 2**30
 
@@ -243,7 +243,7 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
     etp = opts.get("etp")
     if etp is None:         # the stack's expert TP, as `validate published` reads a row and `plan` searches
         etp = stack_expert_tp(stack, tp, model.moe is not None, model.name, cluster.gpu.name, opts["dtype"])
-        _check_default_expert_tp(stack, model, cluster.gpu.name, opts["dtype"], dp, cp, tp, opts["ep"], etp)
+        check_default_expert_tp(stack, model, cluster.gpu.name, opts["dtype"], dp, cp, tp, opts["ep"], etp)
     config = ParallelConfig(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=opts["ep"], etp=etp, vpp=opts["vpp"],
         micro_batch=opts["micro_batch"], global_batch=gbs, zero_stage=zero,
@@ -639,25 +639,6 @@ def write_timelines(model, config, report, trace_path: str | None, gantt_path: s
 # --------------------------------------------------------------------------------------------
 
 POS = click.IntRange(min=1)
-
-
-
-
-def _check_default_expert_tp(stack, model, gpu: str, dtype: str, dp: int, cp: int, tp: int, ep: int,
-                             etp: int) -> None:
-    """Refuse, saying where it came from, a stack-default expert TP (``stack_expert_tp``: tp) whose
-    expert groups do not tile the ranks (ep*etp must divide dp*cp*tp, ``check_config``), where etp 1
-    would: a release that folds EP (Megatron-Core >= 0.10) takes ``--etp 1``; one that carves EP out
-    of data parallelism (Megatron-Core <= 0.9) runs etp = tp only and needs an ep dividing dp*cp."""
-    ranks = dp * cp * tp
-    if etp <= 1 or ranks % (ep * etp) == 0 or ranks % ep:
-        return          # the default fits, or no etp would (check_config's own error)
-    folded = stack_config_fields(stack, dtype, model.name, gpu).get("ep_carved_from_dp") is not True
-    what = (f"{etp} is {stack.name}'s default (expert_tp_default tp: the experts split over the tp group), and "
-            f"ep*etp = {ep}*{etp} does not divide dp*cp*tp = {ranks}")
-    fix = ("--etp 1: whole experts on each expert rank, MoE parallel folding" if folded else
-           f"an --ep dividing dp*cp = {dp * cp}: {stack.name} carves EP out of data parallelism at etp = tp")
-    raise InputError("etp", what, fix)
 
 
 def _not_empty(value: str | None, option: str, comma_list: bool = False) -> str | None:

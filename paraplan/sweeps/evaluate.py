@@ -29,8 +29,8 @@ from simulator import headroom
 from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
-from simulator.stack_defaults import (check_stack_cp_kind, run_cp_kind, stack_config_fields, stack_expert_tp,
-                                      stack_sequence_parallel, stack_zero_stage)
+from simulator.stack_defaults import (check_default_expert_tp, check_stack_cp_kind, run_cp_kind, stack_config_fields,
+                                      stack_expert_tp, stack_sequence_parallel, stack_zero_stage)
 from simulator.step_model import evaluate
 from simulator.validate_config import check_config, placed_and_checked
 
@@ -149,6 +149,10 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster, eff
                 raise InputError("gpus", f"{point['gpus']} GPUs exceed the {cluster.max_gpus} of {cluster.name}")
             cluster.gpu.peak_flops(dtype)
             config = ParallelConfig(global_batch=gbs, dtype=dtype, **fields)
+            if given.get("etp") is None:
+                # the stack's default etp that does not fit, said as `paraplan simulate` says it
+                check_default_expert_tp(stacks[point["stack"]], model, cluster.gpu.name, dtype, config.dp, config.cp,
+                                        config.tp, config.ep, config.etp, flag="etp=")
             check_config(model, config, point["gpus"])
         except (InputError, TypeError, ValueError) as exc:
             row.update(status="invalid", reason=sweep_reason(exc))
