@@ -52,7 +52,8 @@ RULES = {
                 "chunks per rank; cp under Ulysses), or, with "
                 "sequence parallelism, tp does not divide the seq_len / cp tokens of a cp rank",
     "batch": "dp*micro_batch does not divide the global batch (or, interleaved, the micro-batch count is not a multiple of pp)",
-    "experts": "ep does not divide the experts, or ep*etp does not divide dp*cp*tp",
+    "experts": "ep does not divide the experts, or ep*etp does not divide dp*cp*tp (or, where the stack carves EP "
+               "out of data parallelism, dp)",
     "etp_repeat": "an expert tensor-parallel choice giving the etp an earlier choice gives the row (etp tp and "
                   "etp 1 at tp 1): the same configuration",
     "vpp_needs_pp": "virtual pipeline stages with pp = 1",
@@ -163,6 +164,9 @@ class SearchConstraints:
             (``simulator.stack_defaults.searched_expert_tp``: the default, plus ``one`` where the
             release folds EP and lets the user set etp); a choice giving the same etp as an
             earlier one at a row's tp (tp 1) is not searched twice. A dense model runs etp 1.
+        ep_carved_from_dp: the stack cuts the EP groups out of the data-parallel ranks
+            (Megatron-Core <= 0.9, ``ParallelConfig.ep_carved_from_dp``): an ep not dividing dp
+            is not searched, as ``check_config`` refuses it.
     """
 
     gpus: tuple[int, int]
@@ -181,6 +185,7 @@ class SearchConstraints:
     cp_kinds: tuple[str, ...] = ("ring",)
     recompute_num_layers: int = 0
     expert_tp_choices: tuple[str, ...] = ("one",)
+    ep_carved_from_dp: bool = False
 
 
 @dataclass(frozen=True)
@@ -447,7 +452,8 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("fixed", _allowed(fixed, "ep", cols["ep"]) & _allowed(fixed, "etp", cols["etp"])),
         ("etp_repeat", ~repeat.any(axis=0)),
         ("experts", (experts % cols["ep"] == 0)
-         & ((cols["dp"] * cols["cp"] * cols["tp"]) % (cols["ep"] * cols["etp"]) == 0)),
+         & ((cols["dp"] * cols["cp"] * cols["tp"]) % (cols["ep"] * cols["etp"]) == 0)
+         & (not c.ep_carved_from_dp or (cols["dp"] % cols["ep"] == 0))),
         ("stack", ~lacked_use(lacks, ep=cols["ep"])),
         # and with the expert-parallel group (ep x etp) too
         ("scaleup", groups_tile_node(c.scaleup_gpus, cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"], cols["tp"],

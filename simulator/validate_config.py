@@ -424,6 +424,23 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
                         "ranks (ep)")
             raise InputError("moe_load_imbalance", f"{c.moe_load_imbalance:g} is above {most:g}, the ratio when {why}",
                              f"use a ratio between 1 and {most:g}")
+        if c.ep_carved_from_dp:
+            # Megatron-Core <= 0.9 (NeMo 24.x) has no expert-TP setting: the experts split over the
+            # whole tp group (NVIDIA/Megatron-LM@core_r0.9.0 megatron/core/transformer/moe/experts.py
+            # tp_size = get_tensor_model_parallel_world_size()), and its EP groups are cut out of the
+            # data-parallel ranks (parallel_state.py initialize_model_parallel: data_parallel_size %
+            # expert_model_parallel_size must be 0; RankGenerator order tp-cp-ep-dp-pp, dp // ep)
+            if c.etp != c.tp:
+                raise InputError("etp", f"etp={c.etp}, but the stack carves expert parallelism out of data "
+                                 f"parallelism (Megatron-Core <= 0.9), which splits the experts over the whole "
+                                 f"tp group: etp = tp = {c.tp} only",
+                                 f"set etp {c.tp} or leave it to the stack; another etp needs a stack that folds "
+                                 "EP, megatron-core >= 0.10")
+            if c.dp % c.ep:
+                fits = ", ".join(str(d) for d in range(1, c.dp + 1) if c.dp % d == 0 and model.moe.num_experts % d == 0)
+                raise InputError("ep", f"ep={c.ep} does not divide dp={c.dp}: the stack carves the expert-parallel "
+                                 "groups out of the data-parallel ranks (Megatron-Core <= 0.9)",
+                                 f"choose ep from {fits}, or a stack that folds EP, megatron-core >= 0.10")
         if (c.dp * c.cp * c.tp) % (c.ep * c.etp):
             raise InputError("ep", f"ep*etp = {c.ep}*{c.etp} must divide dp*cp*tp = {c.dp * c.cp * c.tp} "
                              "(MoE parallel folding)")

@@ -51,3 +51,42 @@ def test_a_sweep_says_the_default_etp_does_not_fit_as_simulate_does():
     assert list(df["status"]) == ["invalid"]
     reason = df["reason"].iloc[0]
     assert "megatron-core's default" in reason and "etp=1" in reason, reason
+
+
+def test_a_carved_ep_stack_refuses_an_etp_other_than_tp():
+    """NeMo 24.09 (Megatron-Core 0.9) has no expert-TP setting: the experts split over the whole tp
+    group (NVIDIA/Megatron-LM@core_r0.9.0 megatron/core/transformer/moe/experts.py:67-71), so
+    tp 4 with --etp 1 is a layout it cannot run; it was priced and exited 0."""
+    code, line = _last_line("simulate", *MIXTRAL, "-n", 8, "--seq-len", 4096, "--global-batch", 64, "--tp", 4,
+                            "--ep", 8, "--etp", 1, "--stack", "nemo-24.09")
+    assert code != 0 and line.startswith("error: etp: etp=1") and "etp = tp = 4 only" in line, line
+    from paraplan import api
+    with pytest.raises(InputError) as err:
+        api.simulate("mixtral-8x7b", "dgx-h100", gpus=8, tp=4, ep=8, etp=1, global_batch=64, stack="nemo-24.09")
+    assert err.value.field == "etp"
+    # etp = tp runs (dp 2, ep 2 divides it)
+    assert len(api.simulate("mixtral-8x7b", "dgx-h100", gpus=8, tp=4, ep=2, etp=4, global_batch=64,
+                            stack="nemo-24.09")) == 1
+
+
+def test_a_carved_ep_stack_needs_an_ep_dividing_dp():
+    """Megatron-Core 0.9 cuts the EP groups out of the data-parallel ranks (parallel_state.py
+    initialize_model_parallel: data_parallel_size % expert_model_parallel_size == 0; rank order
+    tp-cp-ep-dp-pp): 16 GPUs at tp 2, cp 2 leave dp 4, which ep 8 does not divide, though
+    ep*etp = 16 divides dp*cp*tp = 16 (a folding stack runs it)."""
+    args = ["simulate", *MIXTRAL, "-n", 16, "--global-batch", 64, "--tp", 2, "--cp", 2, "--ep", 8]
+    code, line = _last_line(*args, "--stack", "nemo-24.09")
+    assert code != 0 and line.startswith("error: ep: ep=8 does not divide dp=4"), line
+    assert "choose ep from 1, 2, 4" in line
+    assert _last_line(*args, "--stack", "megatron-core")[0] == 0
+
+
+def test_a_carved_ep_search_keeps_only_what_simulate_runs():
+    """The search under NeMo 24.09 keeps rows with etp = tp and an ep dividing dp: a row with
+    cp 2 at ep 8 on 16 GPUs (dp 4) was a plan check_config now refuses."""
+    from paraplan import api
+    rows = api.plan("mixtral-8x7b", "dgx-h100", 16, 64 * 4096, stack="nemo-24.09", max_plans=None)
+    assert len(rows)
+    assert (rows.etp == rows.tp).all()
+    assert (rows.dp % rows.ep == 0).all()
+    assert ((rows.ep > 1) & (rows.cp > 1)).any()      # carved EP with cp still searched, at ep | dp
