@@ -90,3 +90,15 @@ def test_a_carved_ep_search_keeps_only_what_simulate_runs():
     assert (rows.etp == rows.tp).all()
     assert (rows.dp % rows.ep == 0).all()
     assert ((rows.ep > 1) & (rows.cp > 1)).any()      # carved EP with cp still searched, at ep | dp
+
+
+def test_simulate_says_where_a_default_etp_came_from():
+    """As zero= and cp_kind= do: etp taken from the stack is noted; a stated one is not."""
+    base = ["simulate", "-m", "mixtral-8x7b", "-c", "dgx-h100", "-n", "64", "--global-batch", "256", "--tp", "4",
+            "--ep", "8"]
+    out = CliRunner().invoke(main, base).output
+    assert "ep=8 etp=4 (megatron-core's default; --etp sets another) vpp=1" in out
+    out = CliRunner().invoke(main, base + ["--stack", "nemo-24.09"]).output
+    assert "etp=4 (nemo-24.09's default: it runs etp = tp only)" in out
+    out = CliRunner().invoke(main, base + ["--etp", "1"]).output
+    assert "ep=8 etp=1 vpp=1" in out

@@ -402,19 +402,34 @@ def cp_kind_source(stack_name: str, config: ParallelConfig) -> str:
     return f"{load_stack(stack_name).name}'s default; --cp-kind sets another"
 
 
+def etp_source(stack_name: str, model: ModelSpec, config: ParallelConfig) -> str:
+    """Where an expert tensor-parallel degree the user did not give came from (``stack_expert_tp``),
+    for the table: the stack's default for an MoE model (a carved-EP release, Megatron-Core <= 0.9,
+    runs etp = tp only); "" for a dense model (etp 1, nothing to split)."""
+    if model.moe is None:
+        return ""
+    name = load_stack(stack_name).name
+    if config.ep_carved_from_dp:
+        return f"{name}'s default: it runs etp = tp only"
+    return f"{name}'s default; --etp sets another"
+
+
 def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | None = None,
-           config: ParallelConfig | None = None, zero_note: str = "", cp_note: str = "") -> str:
+           config: ParallelConfig | None = None, zero_note: str = "", cp_note: str = "",
+           etp_note: str = "") -> str:
     """The human-readable table for one ``StepReport``; ``config``: its configuration, for the
     advice when it does not fit (``memory_advice``; None: the whole list); ``zero_note``: where
     the ZeRO stage came from when the user did not give it (``zero_source``); ``cp_note``: the
-    same for the context-parallel flavour (``cp_kind_source``)."""
+    same for the context-parallel flavour (``cp_kind_source``); ``etp_note``: the same for the
+    expert tensor-parallel degree (``etp_source``)."""
     c = report.config
     step = report.step_time_s
     lines = [
         f"model    {report.model}  ({model.num_layers} layers, hidden {model.hidden_size}, seq_len {model.seq_len})",
         f"cluster  {report.cluster}  ({report.gpu}, {cluster.gpus_per_node} GPUs per node)",
         f"gpus     {report.n_gpus}" + (f"  ({note})" if (note := placement_note(cluster, report.n_gpus)) else ""),
-        *_wrapped(f"dp={c['dp']} tp={c['tp']} pp={c['pp']} cp={c['cp']} ep={c['ep']} etp={c['etp']} vpp={c['vpp']}  "
+        *_wrapped(f"dp={c['dp']} tp={c['tp']} pp={c['pp']} cp={c['cp']} ep={c['ep']} etp={c['etp']}"
+                  + (f" ({etp_note})" if etp_note else "") + f" vpp={c['vpp']}  "
                   f"micro_batch={c['micro_batch']} global_batch={c['global_batch']} "
                   f"({report.num_microbatches} micro-batches, {report.tokens_per_step:,.0f} tokens/step)", first="config   "),
         *_wrapped(f"zero={c['zero_stage']}" + (f" ({zero_note})" if zero_note else "") + f" recompute={c['recompute']} sequence_parallel={_on_off(c['sequence_parallel'])} "
@@ -811,7 +826,8 @@ def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_pat
     else:
         note = zero_source(opts["stack"], model, cluster, config) if opts["zero"] is None else ""
         cp_note = cp_kind_source(opts["stack"], config) if opts.get("cp_kind") is None else ""
-        click.echo(render(report, model, cluster, keep_gib, config, note, cp_note), nl=False)
+        etp_note = etp_source(opts["stack"], model, config) if opts.get("etp") is None else ""
+        click.echo(render(report, model, cluster, keep_gib, config, note, cp_note, etp_note), nl=False)
     for note in notes:
         click.echo(note, err=True)
 
