@@ -159,6 +159,15 @@ def _ulysses_rule(model: ModelSpec) -> str:
             "all-to-all context parallelism replicates no key/value heads)")
 
 
+def _etp_rule(model: ModelSpec, c: SearchConstraints) -> str:
+    """The expert tensor-parallel degrees a search runs (``SearchConstraints.expert_tp_choices``)."""
+    if model.moe is None:
+        return f"{model.name} has no experts, so etp is 1"
+    where = " or ".join({"tp": "the row's tp", "one": "1"}[e] for e in c.expert_tp_choices)
+    return (f"the search runs etp only at {where} (the stack's default, and 1 where the release folds EP); "
+            "paraplan simulate --etp prices another etp")
+
+
 def _why_one(model: ModelSpec, c: SearchConstraints, key: str, values) -> str:
     """Why no layout has the fixed ``key`` in ``values`` (whatever else is free)."""
     lacked = _lacked_feature(key, values, c.stack_lacks)
@@ -168,6 +177,8 @@ def _why_one(model: ModelSpec, c: SearchConstraints, key: str, values) -> str:
         return _ulysses_rule(model)
     if key == "ep" and model.moe is None:
         return f"{model.name} has no experts, so ep is 1"
+    if key == "etp":
+        return _etp_rule(model, c)
     if key == "vpp":
         return _interleaved_rule(model, c)
     if key == "schedule" and set(map(str, values)) == {Schedule.INTERLEAVED.value}:
@@ -204,6 +215,8 @@ def _why_two(model: ModelSpec, c: SearchConstraints, pair: tuple[str, str], what
         if _ulysses_heads_blamed(model, c, pair):
             return _ulysses_rule(model)
         return f"dp x tp x pp x cp must be the {what}"
+    if "etp" in pair and (set(pair) - {"etp"}) <= {"tp", "ep"}:
+        return _etp_rule(model, c)
     if set(pair) == {"vpp", "schedule"}:
         return ("virtual stages (vpp > 1) are the interleaved schedule's; the others run one model chunk per stage "
                 "(ZB-V and DualPipe two, by construction), and interleaved needs vpp > 1")

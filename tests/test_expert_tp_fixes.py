@@ -102,3 +102,22 @@ def test_simulate_says_where_a_default_etp_came_from():
     assert "etp=4 (nemo-24.09's default: it runs etp = tp only)" in out
     out = CliRunner().invoke(main, base + ["--etp", "1"]).output
     assert "ep=8 etp=1 vpp=1" in out
+
+
+def test_a_fixed_etp_the_search_does_not_run_says_so():
+    """The search runs etp at the row's tp or 1 (planners.search_space.EXPERT_TP_CHOICES); tp 4
+    with etp 2 is a layout simulate runs (--tp 4 --ep 2 --etp 2 on 16 GPUs), so 'no layout there
+    has both' was wrong: the message says what is searched and where another etp is priced."""
+    code, line = _last_line("plan", *MIXTRAL, "-n", 16, "--global-batch", 64, "--fix", "etp=2", "--fix", "tp=4")
+    assert code != 0 and line.startswith("error: etp:"), line
+    assert "no layout there has both" not in line
+    assert "etp only at the row's tp or 1" in line and "simulate --etp" in line
+    assert _last_line("simulate", *MIXTRAL, "-n", 16, "--global-batch", 64, "--tp", 4, "--ep", 2, "--etp", 2)[0] == 0
+    code, line = _last_line("plan", *MIXTRAL, "-n", 16, "--global-batch", 64, "--fix", "etp=3")
+    assert code != 0 and "etp only at the row's tp or 1" in line, line
+
+
+def test_plan_help_names_etp_among_the_fix_names():
+    out = CliRunner().invoke(main, ["plan", "--help"]).output
+    names = " ".join(out.split("Names:", 1)[1].split())
+    assert names.startswith("dp tp pp cp ep etp ")

@@ -450,8 +450,8 @@ def _csv(df) -> str:
 @click.option("--top", type=POS, default=10, show_default=True, help="Plans to print.")
 @click.option("--max-tp", type=POS, help="Largest tensor-parallel degree [default: the cluster's GPUs per node].")
 @click.option("--fix", "fix", multiple=True, metavar="NAME=VALUE",
-              help="Fix a dimension (repeatable; one name given twice adds its choices: --fix zero=1 --fix zero=3 is zero=1,3; VALUE may list choices: --fix pp=4,8). Names: dp tp pp cp ep vpp "
-                   "micro_batch zero recompute sequence_parallel schedule zero_shard_group cp_kind (one context-parallel "
+              help="Fix a dimension (repeatable; one name given twice adds its choices: --fix zero=1 --fix zero=3 is zero=1,3; VALUE may list choices: --fix pp=4,8). Names: dp tp pp cp ep etp (expert "
+                   "TP, MoE: searched at tp or 1 only; simulate --etp prices another) vpp micro_batch zero recompute sequence_parallel schedule zero_shard_group cp_kind (one context-parallel "
                    "flavour, ring ulysses hybrid allgather; default: the --stack's context_parallel_kind).")
 @click.option("--dp", type=POS, help="Fix the data-parallel degree.")
 @click.option("--tp", type=POS, help="Fix the tensor-parallel degree.")
