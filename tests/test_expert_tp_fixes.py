@@ -121,3 +121,18 @@ def test_plan_help_names_etp_among_the_fix_names():
     out = CliRunner().invoke(main, ["plan", "--help"]).output
     names = " ".join(out.split("Names:", 1)[1].split())
     assert names.startswith("dp tp pp cp ep etp ")
+
+
+def test_megatron_export_refuses_a_carved_ep_plan_whose_groups_it_would_place_elsewhere():
+    """A NeMo 24.09 plan at tp 2, cp 2, ep 8 prices EP members tp x cp = 4 ranks apart (Megatron-Core
+    0.9's rank order tp-cp-ep-dp-pp); the Megatron-LM the export targets folds EP, members etp = 2
+    apart: --emit megatron said the winner 'runs in megatron as planned'."""
+    res = CliRunner().invoke(main, ["plan", *MIXTRAL, "-n", "64", "--global-batch", "256", "--stack", "nemo-24.09",
+                                    "--emit", "megatron", "--fix", "cp=2", "--fix", "ep=8"])
+    assert res.exit_code != 0
+    assert "the unrestricted winner runs in megatron as planned" not in res.output
+    assert "by ep" in res.output and "folds EP" in res.output
+    # at cp 1 the members are tp = etp apart in both: the same placement, exported
+    res = CliRunner().invoke(main, ["plan", *MIXTRAL, "-n", "64", "--global-batch", "256", "--stack", "nemo-24.09",
+                                    "--emit", "megatron", "--fix", "cp=1", "--fix", "ep=8"])
+    assert res.exit_code == 0, res.output

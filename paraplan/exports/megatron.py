@@ -200,6 +200,15 @@ _LOSS_FLAGS = {"megatron_unfused": [], "megatron_fused": [("--cross-entropy-loss
 
 def _refuse_plan(p: dict, model: ModelSpec) -> None:
     _refuse_memory_features(p, model)
+    if p.get("ep_carved_from_dp") and p["ep"] > 1 and p["tp"] * p["cp"] != p["etp"]:
+        # priced on a carved-EP release (Megatron-Core <= 0.9: EP cut out of dp in the rank order
+        # tp-cp-ep-dp-pp, members tp x cp apart); the Megatron-LM this export targets folds EP
+        # (a separate expert RankGenerator tp=etp, ep, dp: members etp apart), so its all-to-all
+        # runs over other ranks than the ones priced
+        raise InputError("ep", f"the plan prices Megatron-Core <= 0.9's EP groups carved out of data parallelism "
+                         f"(members tp x cp = {p['tp'] * p['cp']} ranks apart); the Megatron-LM this export targets "
+                         f"folds them, members etp = {p['etp']} apart", "plan on a stack that folds EP (megatron-core), "
+                         "or cp 1")
     if model.moe is not None and model.moe.latent_size:
         raise InputError("model", "LatentMoE (moe.latent_size): this export does not write Megatron-Core's "
                          "moe_latent_size, so its launch would build experts at the hidden size",
