@@ -160,7 +160,7 @@ def check_grouped_gemm_streams(field: str, value) -> int:
 #: the training fields that take one of a listed set of values: (field, its values, what the
 #: error calls an unknown one), checked in this order by ``TrainingBehaviour.__post_init__``
 #: ``TrainingBehaviour.expert_tp_default`` values
-EXPERT_TP_DEFAULTS = ("one", "tp")
+EXPERT_TP_DEFAULTS = ("one", "tp", "tp_without_ep")
 #: ``TrainingBehaviour.expert_parallel_layout`` values
 EXPERT_PARALLEL_LAYOUTS = ("folded", "carved_from_dp")
 
@@ -407,7 +407,9 @@ class TrainingBehaviour:
             NVIDIA/Megatron-LM@core_r0.9.0 megatron/core/transformer/moe/experts.py:67-71
             ``tp_size = get_tensor_model_parallel_world_size()`` unless ``moe_extended_tp``;
             >= 0.10 ``--expert-tensor-parallel-size`` defaults to tp, core_v0.10.0
-            megatron/training/arguments.py:259-260); ``one`` (default): experts whole on each
+            megatron/training/arguments.py:259-260); ``tp_without_ep``: tp at ep 1, 1 with expert
+            parallelism (torchtitan 0.3.0: dense placement over the TP axis without EP, the experts
+            split over EP only with it, ``paraplan.exports.torchtitan.expert_tp``); ``one`` (default): experts whole on each
             rank, today's price where the release's default is not known or its recipes set 1.
         expert_parallel_layout: where an expert-parallel group's members sit, one of
             ``EXPERT_PARALLEL_LAYOUTS``: ``folded`` (default; Megatron-Core >= 0.10's separate

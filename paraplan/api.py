@@ -533,7 +533,8 @@ def with_stack_fields(model: ModelSpec, cluster: ClusterSpec, stack: str | Stack
     if out.get("etp") is None:
         # the stack's expert tensor-parallel degree (``stack_expert_tp``), as `paraplan simulate` without --etp
         tp = 1 if out.get("tp") is None else whole_number("tp", out["tp"])
-        out["etp"] = stack_expert_tp(spec, tp, model.moe is not None, model.name, gpu, out["dtype"])
+        ep = 1 if out.get("ep") is None else whole_number("ep", out["ep"])
+        out["etp"] = stack_expert_tp(spec, tp, model.moe is not None, model.name, gpu, out["dtype"], ep)
     cp = 1 if out.get("cp") is None else whole_number("cp", out["cp"])
     if out.get("cp_kind") is None:
         # the flavour the stack's framework runs, as `paraplan simulate` without --cp-kind (ring at cp 1)

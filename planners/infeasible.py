@@ -163,7 +163,7 @@ def _etp_rule(model: ModelSpec, c: SearchConstraints) -> str:
     """The expert tensor-parallel degrees a search runs (``SearchConstraints.expert_tp_choices``)."""
     if model.moe is None:
         return f"{model.name} has no experts, so etp is 1"
-    where = " or ".join({"tp": "the row's tp", "one": "1"}[e] for e in c.expert_tp_choices)
+    where = " or ".join({"tp": "the row's tp", "one": "1", "tp_without_ep": "the row's tp at ep 1 and 1 with ep > 1"}[e] for e in c.expert_tp_choices)
     return (f"the search runs etp only at {where} (the stack's default, and 1 where the release folds EP); "
             "paraplan simulate --etp prices another etp")
 

@@ -78,8 +78,9 @@ RECOMPUTE_NAMES = tuple(r.value for r in Recompute)           # index = code
 SCHEDULE_NAMES = tuple(s.value for s in Schedule)             # index = code
 DEFAULT_SCHEDULES = (Schedule.ONE_F_ONE_B.value, Schedule.INTERLEAVED.value)
 #: the fields a request may fix (``--fix name=value``) and the axis each belongs to.
-#: ``SearchConstraints.expert_tp_choices`` values: the row's tp, or 1
-EXPERT_TP_CHOICES = ("tp", "one")
+#: ``SearchConstraints.expert_tp_choices`` values: the row's tp, 1, or the row's tp at ep 1 and 1
+#: with expert parallelism (``simulator.stack_defaults.stack_expert_tp``: torchtitan)
+EXPERT_TP_CHOICES = ("tp", "one", "tp_without_ep")
 FIXABLE = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage", "recompute",
            "sequence_parallel", "schedule", "zero_shard_group", "cp_kind")
 
@@ -444,7 +445,8 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
     cols = _cross(cols, np.arange(len(ep_raw) * len(etp_choices), dtype=np.int64), "ep")
     choice = cols["ep"] % len(etp_choices)
     cols["ep"] = ep_raw[cols["ep"] // len(etp_choices)]
-    by_choice = np.stack([cols["tp"] if e == "tp" else np.ones_like(cols["tp"]) for e in etp_choices])
+    by_choice = np.stack([cols["tp"] if e == "tp" else np.where(cols["ep"] == 1, cols["tp"], 1) if e == "tp_without_ep"
+                          else np.ones_like(cols["tp"]) for e in etp_choices])
     cols["etp"] = np.take_along_axis(by_choice, choice[None, :], 0)[0]
     # a choice whose etp an earlier choice already gives this row (tp 1: tp and one agree)
     repeat = (by_choice == cols["etp"][None, :]) & (np.arange(len(etp_choices))[:, None] < choice[None, :])

@@ -113,13 +113,15 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
 
 
 def stack_expert_tp(stack: StackSpec, tp: int, is_moe: bool, model_name: str | None = None,
-                    gpu: str | None = None, dtype: str | None = None) -> int:
-    """The expert tensor-parallel degree of a run on ``stack`` that does not state one: ``tp`` for
-    an MoE model where the release splits the experts over the tensor-parallel group
-    (``TrainingBehaviour.expert_tp_default`` ``tp``: Megatron-Core and NeMo), else 1."""
+                    gpu: str | None = None, dtype: str | None = None, ep: int = 1) -> int:
+    """The expert tensor-parallel degree of a run on ``stack`` at expert-parallel degree ``ep``
+    that does not state one: ``tp`` for an MoE model where the release splits the experts over the
+    tensor-parallel group (``TrainingBehaviour.expert_tp_default`` ``tp``: Megatron-Core and NeMo;
+    ``tp_without_ep`` at ep 1: torchtitan 0.3.0, ``paraplan.exports.torchtitan.expert_tp``), else 1."""
     if not is_moe:
         return 1
-    return int(tp) if stack.training_for(model_name, gpu, dtype).expert_tp_default == "tp" else 1
+    mode = stack.training_for(model_name, gpu, dtype).expert_tp_default
+    return int(tp) if mode == "tp" or (mode == "tp_without_ep" and int(ep) == 1) else 1
 
 
 def check_default_expert_tp(stack: StackSpec, model, gpu: str | None, dtype: str | None, dp: int, cp: int,
@@ -137,7 +139,7 @@ def check_default_expert_tp(stack: StackSpec, model, gpu: str | None, dtype: str
     if moe is None or moe.num_experts % ep or etp <= 1 or ranks % (ep * etp) == 0 or ranks % ep:
         return
     folded = stack_config_fields(stack, dtype or "bf16", model.name, gpu).get("ep_carved_from_dp") is not True
-    what = (f"{etp} is {stack.name}'s default (expert_tp_default tp: the experts split over the tp group), and "
+    what = (f"{etp} is {stack.name}'s default (expert_tp_default: the experts split over the tp group), and "
             f"ep*etp = {ep}*{etp} does not divide dp*cp*tp = {ranks}")
     fix = (f"{flag}1: whole experts on each expert rank, MoE parallel folding" if folded else
            f"an ep dividing dp = {dp}: {stack.name} carves EP out of data parallelism at etp = tp")
@@ -157,7 +159,9 @@ def searched_expert_tp(stack: StackSpec, is_moe: bool, model_name: str | None = 
     if not is_moe:
         return ("one",)
     t = stack.training_for(model_name, gpu, dtype)
-    default = "tp" if stack_expert_tp(stack, 2, True, model_name, gpu, dtype) == 2 else "one"
+    default = t.expert_tp_default if t is not None else "one"
+    if default == "tp_without_ep":       # torchtitan: no expert-TP setting, the rule only
+        return (default,)
     folded = t is None or t.expert_parallel_layout == "folded"
     return tuple(dict.fromkeys((default, "one") if folded else (default,)))
 

@@ -163,9 +163,12 @@ def test_megatron_core_from_0_10_defaults_expert_tp_to_tp():
         assert stack_expert_tp(stack, 4, is_moe=True) == 4
         assert stack_expert_tp(stack, 4, is_moe=False) == 1
         assert stack_config_fields(stack)["ep_carved_from_dp"] is False
-    # Megatron-Bridge's recipes set etp 1 explicitly; the non-Megatron stacks have no expert TP
-    for name in ("megatron-bridge", "megatron-bridge-26.06", "torchtitan", "pytorch-fsdp", "megatron-deepspeed"):
+    # Megatron-Bridge's recipes set etp 1 explicitly; the other non-Megatron stacks have no expert TP
+    for name in ("megatron-bridge", "megatron-bridge-26.06", "pytorch-fsdp", "megatron-deepspeed"):
         assert stack_expert_tp(_stack(name), 4, is_moe=True) == 1
+    # torchtitan shards the experts over TP without EP, keeps them whole with it (exports.torchtitan.expert_tp)
+    assert stack_expert_tp(_stack("torchtitan"), 4, is_moe=True, ep=1) == 4
+    assert stack_expert_tp(_stack("torchtitan"), 4, is_moe=True, ep=8) == 1
 
 
 # --------------------------------------------------------------------------------------------

@@ -136,3 +136,31 @@ def test_megatron_export_refuses_a_carved_ep_plan_whose_groups_it_would_place_el
     res = CliRunner().invoke(main, ["plan", *MIXTRAL, "-n", "64", "--global-batch", "256", "--stack", "nemo-24.09",
                                     "--emit", "megatron", "--fix", "cp=1", "--fix", "ep=8"])
     assert res.exit_code == 0, res.output
+
+
+def test_torchtitan_stacks_take_the_expert_tp_its_export_runs():
+    """torchtitan 0.3.0 shards the routed experts over the TP ranks without expert parallelism
+    (etp = tp) and splits them over EP only with it (etp 1): models/common/moe_sharding.py
+    _routed_experts_sharding_configs, as paraplan.exports.torchtitan.expert_tp cites. The stacks
+    said etp 1 always, so a tp 2, ep 1 run was priced at a layout the export refused."""
+    from paraplan import api, exports
+    for stack in ("torchtitan", "torchtitan-0.3", "torchtitan-compile"):
+        for ep, etp in ((1, 2), (8, 1)):
+            row = api.simulate("deepseek-v3", "dgx-h100", gpus=16, tp=2, ep=ep, global_batch=64,
+                               stack=stack).iloc[0].to_dict()
+            assert row["etp"] == etp, (stack, ep)
+            assert exports.refusal(row, "torchtitan") is None, (stack, ep)
+    code, line = _last_line("simulate", *MIXTRAL, "-n", 16, "--global-batch", 64, "--tp", 2, "--stack", "torchtitan")
+    assert code == 0
+    out = CliRunner().invoke(main, ["simulate", *MIXTRAL, "-n", "16", "--global-batch", "64", "--tp", "2",
+                                    "--stack", "torchtitan", "--json"]).output
+    import json
+    assert json.loads(out)["config"]["etp"] == 2
+
+
+def test_a_torchtitan_search_runs_its_expert_tp_rule():
+    from paraplan import api
+    rows = api.plan("mixtral-8x7b", "dgx-h100", 16, 64 * 4096, stack="torchtitan", max_plans=None)
+    assert len(rows)
+    assert ((rows.ep == 1) <= (rows.etp == rows.tp)).all() and (rows[rows.ep > 1].etp == 1).all()
+    assert ((rows.ep == 1) & (rows.tp > 1)).any()

@@ -242,7 +242,8 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
     cp_kind = run_cp_kind(cp, opts.get("cp_kind"), stack, model.name, cluster.gpu.name, opts["dtype"])
     etp = opts.get("etp")
     if etp is None:         # the stack's expert TP, as `validate published` reads a row and `plan` searches
-        etp = stack_expert_tp(stack, tp, model.moe is not None, model.name, cluster.gpu.name, opts["dtype"])
+        etp = stack_expert_tp(stack, tp, model.moe is not None, model.name, cluster.gpu.name, opts["dtype"],
+                              opts["ep"])
         check_default_expert_tp(stack, model, cluster.gpu.name, opts["dtype"], dp, cp, tp, opts["ep"], etp)
     config = ParallelConfig(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=opts["ep"], etp=etp, vpp=opts["vpp"],

@@ -48,7 +48,7 @@ PLAN_COLUMNS = tuple(c for c in OUTPUT_COLUMNS if c != "mfu") + ("fits",) + DETA
 _CONFIG_COLUMNS = tuple(c for c in PLAN_COLUMNS if c in {f.name for f in fields(ParallelConfig)})
 
 
-def stack_fields(stack, dtype: str, model, gpu: str, tp: int) -> dict:
+def stack_fields(stack, dtype: str, model, gpu: str, tp: int, ep: int = 1) -> dict:
     """The ``ParallelConfig`` software fields the stack's documented behaviour sets for this run
     (``simulator.stack_defaults``, as ``paraplan simulate --stack``), sequence parallelism and the
     expert tensor-parallel degree too;
@@ -56,7 +56,7 @@ def stack_fields(stack, dtype: str, model, gpu: str, tp: int) -> dict:
     stack = load_stack(stack) if isinstance(stack, str) else stack
     fields = stack_config_fields(stack, dtype, model.name, gpu)
     fields["sequence_parallel"] = stack_sequence_parallel(stack, tp, model.name, gpu, dtype, model.moe is not None)
-    fields["etp"] = stack_expert_tp(stack, tp, model.moe is not None, model.name, gpu, dtype)
+    fields["etp"] = stack_expert_tp(stack, tp, model.moe is not None, model.name, gpu, dtype, ep)
     return fields
 
 
@@ -119,9 +119,9 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster, eff
             refuse_options_without_effect({"pp": 1, "tp": 1, "cp": 1, "recompute": "none", **given})
             if point["stack"] not in stacks:          # loaded once per group
                 stacks[point["stack"]] = load_stack(point["stack"])
-            key = (point["stack"], dtype, int(given.get("tp", 1)))
+            key = (point["stack"], dtype, int(given.get("tp", 1)), int(given.get("ep", 1)))
             if key not in software:
-                software[key] = stack_fields(stacks[point["stack"]], dtype, model, cluster.gpu.name, key[2])
+                software[key] = stack_fields(stacks[point["stack"]], dtype, model, cluster.gpu.name, key[2], key[3])
             fields = dict(software[key])
             fields.update(given)                 # the grid's own values win over the stack's
             gbs = _batch(point, model.seq_len)

@@ -537,7 +537,7 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
         assumptions.append(f"cp_kind={cp_kind} ({stack.name}'s context_parallel_kind)")
     # the expert tensor-parallel degree the stack runs when the row states none (Megatron-Core
     # <= 0.9 splits the experts over the whole TP group: TrainingBehaviour.expert_tp_default)
-    etp = stack_expert_tp(stack, tp, model.moe is not None, model.name, gpu, dtype)
+    etp = stack_expert_tp(stack, tp, model.moe is not None, model.name, gpu, dtype, ep)
     if etp > 1:
         assumptions.append(f"etp={etp} ({stack.name}'s expert_tp_default: the experts split over the tp group)")
     try:
