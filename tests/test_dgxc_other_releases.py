@@ -32,33 +32,42 @@ def results() -> pd.DataFrame:
     return out
 
 
-def test_all_but_six_rows_are_predicted_and_the_six_say_why(results):
+def test_all_but_ten_rows_are_predicted_and_the_ten_say_why(results):
     assert len(results) == 203
     skipped = results[results.status != "ok"]
-    assert len(skipped) == 6
+    assert len(skipped) == 10
     # the 405B proxy runs with fewer layers state no vocabulary, and 405B is not their size
-    assert skipped.reason.str.contains("needed field\\(s\\) empty: vocab").all()
+    vocab = skipped.reason.str.contains("needed field\\(s\\) empty: vocab")
+    assert vocab.sum() == 6 and (skipped[vocab].family == "Llama 3.1").all()
+    # since 2026-12-07 (050952c, 3e053ce) the NeMo 25.x rows run as NeMo 24.09, the newest profiled
+    # release before them, whose Megatron-Core 0.9 carves EP out of DP: four DeepSeek-V3 rows with
+    # ep > dp (ep 64 at dp 32 on H100 512/1024 GPUs and GB200 256 GPUs, ep 32 at dp 16 on GB200 128)
+    # are layouts it cannot run
+    carved = skipped[~vocab]
+    assert (carved.family == "DeepSeek-V3").all()
+    assert carved.reason.str.contains("carves the expert-parallel groups out of the data-parallel ranks").all()
 
 
 def test_mean_error_over_the_releases_within_its_bound(results):
     ok = results[results.status == "ok"]
-    assert ok.rel_error.abs().mean() <= 0.09                                  # 8.39%
+    assert ok.rel_error.abs().mean() <= 0.075     # 7.12% over 193 rows on 2026-12-07 (8.39% over 197 before today's refit and NeMo 24.x expert TP)
     known_miss = (ok.family == "DeepSeek-V3") & (ok.gpu == "gb200")
-    assert ok[~known_miss].rel_error.abs().mean() <= 0.08                     # 7.56% over 194 rows
+    assert ok[~known_miss].rel_error.abs().mean() <= 0.075                    # 7.02% over 192 rows (7.56% over 194)
 
 
 @pytest.mark.parametrize("family, gpu, rows, bound", [
-    ("GPT-3", "h100-sxm-80gb", 10, 0.035),        # 3.15% since session 55 (TP collectives exposed per linear, Hopper HBM 0.675 -> 0.6406; all 10 predicted 1-7% fast); 2.8% before (2.1% before the sends' placement and overlap)
-    ("Nemotron-4", "h100-sxm-80gb", 44, 0.06),    # 5.8% (6.3%)
-    ("Nemotron-4", "gb200", 12, 0.03),            # 2.5% (2.7%)
-    ("Llama 3.1", "h100-sxm-80gb", 64, 0.095),    # 9.32% (8.9% before the Hopper FP8 refit of session 50; the 8B CP 2 rows slow, as in DGXC2411)
-    ("Llama 3.1", "gb200", 6, 0.105),             # 10.1% (8.9%)
-    ("Llama 4", "gb200", 6, 0.1),                 # 9.65%, predicted slow (4.4% before the Blackwell refit)
-    ("Llama 4", "h100-sxm-80gb", 2, 0.185),       # 18.1%, predicted fast (17.8% before session 50's MoE fixes)
-    ("Grok-1", "h100-sxm-80gb", 20, 0.145),       # 13.9% since session 51's refit (Hopper FP8 0.6363 -> 0.6243; 13.4% before; 12.05% before session 50 dropped the dense MLP's TP collectives from MoE layers)
-    ("Grok-1", "gb200", 6, 0.18),                 # 17.6%, predicted fast (18.8%)
-    ("DeepSeek-V3", "h100-sxm-80gb", 2, 0.09),    # 8.4% since session 51 (the ends' TP collectives, Hopper HBM 0.589 -> 0.675 at the refit; 7.1% before)
-    ("MaxText", "h100-sxm-80gb", 22, 0.065),      # 6.13% (5.19% before the Hopper refit): its recipes' remat policy (13.9% fast without it)
+    ("GPT-3", "h100-sxm-80gb", 10, 0.04),         # 3.92% on 2026-12-07, all 10 predicted 2-7% fast (the refit: Hopper HBM 0.6406 -> 0.5547, per kernel 25.2 -> 20 us); 3.15% since session 55 (TP collectives exposed per linear, Hopper HBM 0.675 -> 0.6406; all 10 predicted 1-7% fast); 2.8% before (2.1% before the sends' placement and overlap)
+    ("Nemotron-4", "h100-sxm-80gb", 44, 0.06),    # 5.79% on 2026-12-07 (5.8%; 6.3%)
+    ("Nemotron-4", "gb200", 12, 0.035),           # 3.24% on 2026-12-07 (Blackwell's single FP8 copy, hidden softmax and refit; 2.5%, 2.7%)
+    ("Llama 3.1", "h100-sxm-80gb", 64, 0.09),     # 8.85% on 2026-12-07 (the Hopper refit); 9.32% (8.9% before the Hopper FP8 refit of session 50; the 8B CP 2 rows slow, as in DGXC2411)
+    ("Llama 3.1", "gb200", 6, 0.095),             # 9.22% on 2026-12-07, predicted fast (Blackwell's single FP8 copy and refit; 10.1%, 8.9%)
+    ("Llama 4", "gb200", 6, 0.095),               # 9.08% on 2026-12-07, now predicted fast (Blackwell's single FP8 copy and refit); 9.65% predicted slow (4.4% before the Blackwell refit)
+    ("Llama 4", "h100-sxm-80gb", 2, 0.215),       # 21.0% on 2026-12-07, predicted slow: NeMo 24.09's etp = tp = 4 (050952c) where the source runs ETP 1; 18.1% predicted fast before (17.8% before session 50's MoE fixes)
+    ("Grok-1", "h100-sxm-80gb", 20, 0.06),        # 5.47% on 2026-12-07: NeMo 24.09's etp = tp = 4 (050952c; the source states ETP 1) and the Hopper refit; 13.9% since session 51's refit (Hopper FP8 0.6363 -> 0.6243; 13.4% before; 12.05% before session 50 dropped the dense MLP's TP collectives from MoE layers)
+    ("Grok-1", "gb200", 6, 0.075),                # 7.09% on 2026-12-07, predicted slow: etp = tp = 4 as on H100 (17.6% predicted fast; 18.8%)
+    # DeepSeek-V3 on H100: both rows refused since 2026-12-07 (ep 64 > dp 32 under NeMo 24.09's carved EP;
+    # 8.4% before, 7.1% before session 51)
+    ("MaxText", "h100-sxm-80gb", 22, 0.07),       # 6.60% on 2026-12-07 (the Hopper refit: HBM 0.6406 -> 0.5547); 6.13% (5.19% before the Hopper refit): its recipes' remat policy (13.9% fast without it)
 ])
 def test_error_per_family_and_gpu_within_its_bound(results, family, gpu, rows, bound):
     part = results[(results.family == family) & (results.gpu == gpu) & (results.status == "ok")]
@@ -66,9 +75,14 @@ def test_error_per_family_and_gpu_within_its_bound(results, family, gpu, rows, b
     assert part.rel_error.abs().mean() <= bound
 
 
-def test_deepseek_v3_on_gb200_is_the_known_miss_predicted_at_a_third_of_its_step(results):
+def test_deepseek_v3_on_gb200_is_the_known_miss_predicted_fast(results):
     """NeMo 25.04.01 measured DeepSeek-V3 on GB200 at 249 TFLOPS a GPU, 1.43x its H100 rate, where
-    the model gives about 3.5x: predicted 13.0-13.3 s against 34.2-34.3 s measured."""
+    the model gives about 3.5x: predicted 13.0-13.3 s against 34.2-34.3 s measured at etp 1. Since
+    2026-12-07 the rows run as NeMo 24.09 (etp = tp = 2, EP carved out of DP, 050952c): the 128 and
+    256 GPU rows are refused (ep > dp) and the 512 GPU row is predicted at 25.5 s against 34.27 s
+    (-25.7%)."""
     part = results[(results.family == "DeepSeek-V3") & (results.gpu == "gb200")]
     assert len(part) == 3
-    assert part.rel_error.between(-0.65, -0.55).all()
+    ok = part[part.status == "ok"]
+    assert len(ok) == 1
+    assert ok.rel_error.between(-0.30, -0.22).all()
