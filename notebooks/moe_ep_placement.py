@@ -110,7 +110,9 @@ fig
 # ## 2. The whole step: the best plan for each EP degree
 #
 # For each `ep`, the planner searches every other degree (and ZeRO, recomputation, micro-batch)
-# and keeps the fastest plan that fits; the same at 800 Gb/s. An `ep` with no plan that fits in
+# and keeps the fastest plan that fits; the same at 800 Gb/s. Each EP rank holds whole experts
+# (`etp=[1]`: the experts are not split over the tensor-parallel group; the default stack,
+# Megatron-Core >= 0.10, would otherwise also search its default etp = tp). An `ep` with no plan that fits in
 # HBM is listed as "does not fit", with what its smallest plan needs. The planner times only its top rows
 # exactly (the rest carry an estimated pipeline makespan), so each `ep`'s candidates that could be
 # its fastest are timed exactly (`planners.refine.refine_table`) and the winner is re-simulated. This is where the all-to-all is
@@ -128,7 +130,7 @@ def smallest_need(ep: int, bw: int) -> tuple[float, str]:
     """(GiB per GPU, configuration) of the smallest plan with this ``ep``, read from the planner's
     refusal (``the smallest of N configurations (...) needs X GiB``); (NaN, "") when it gives none."""
     try:
-        api.plan(MODEL, CLUSTER, GPUS, BATCH_TOKENS, ep=[ep], scaleout_gbit_per_s=bw, max_plans=1)
+        api.plan(MODEL, CLUSTER, GPUS, BATCH_TOKENS, ep=[ep], etp=[1], scaleout_gbit_per_s=bw, max_plans=1)
     except InputError as err:
         need = re.search(r"configurations \(([^)]*)\) needs ([0-9.]+) GiB", err.message)
         return (float(need.group(2)), need.group(1)) if need else (float("nan"), "")
@@ -139,7 +141,8 @@ if MOE_MODELLED:
     best_per_ep, no_plan, smallest_fit = [], [], {}
     for bw in (400, 800):
         # every fitting plan (max_plans=None): the best of each ep, however slow, is read below
-        plans = api.plan(MODEL, CLUSTER, GPUS, BATCH_TOKENS, ep=EPS, scaleout_gbit_per_s=bw, max_plans=None)
+        plans = api.plan(MODEL, CLUSTER, GPUS, BATCH_TOKENS, ep=EPS, etp=[1], scaleout_gbit_per_s=bw,
+                         max_plans=None)
         cluster = api.what_if_cluster(CLUSTER, scaleout_gbit_per_s=bw)
         smallest_fit.update({(f"{bw} Gb/s", int(ep)): float(m) for ep, m in plans.groupby("ep").memory_gib.min().items()})
         # an ep with no fitting plan has no rows: say so (and what its smallest plan needs), not drop it

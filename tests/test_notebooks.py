@@ -226,7 +226,7 @@ def test_moe_ep_placement_shows_every_ep_degree_and_says_which_do_not_fit(execut
     assert eps == [1, 2, 4, 8, 16, 32, 64] * 2, table
     for ep in (1, 2):                       # no plan fits: the table gives what the smallest needs
         with pytest.raises(InputError) as err:
-            api.plan("deepseek-v3", "dgx-h100", 256, 4 * 2**20, ep=[ep], max_plans=1)
+            api.plan("deepseek-v3", "dgx-h100", 256, 4 * 2**20, ep=[ep], etp=[1], max_plans=1)
         need = float(re.search(r"needs ([0-9.]+) GiB", err.value.message).group(1))
         assert need > 76.0
         assert table.count(f"does not fit (smallest plan needs {need:.1f} GiB)") == 2, table
