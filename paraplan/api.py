@@ -365,7 +365,7 @@ def build_config(model: ModelSpec, gpus: int | None = None, **config_fields) -> 
 # --------------------------------------------------------------------------------------------
 
 #: the fields ``config_label`` reads
-LABEL_FIELDS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "zero_shard_group", "recompute",
+LABEL_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage", "zero_shard_group", "recompute",
                 "recompute_num_layers", "recompute_layers_decrement", "offload_activation_layers",
                 "sequence_parallel", "schedule", "dtype", "attention_kernel")
 
@@ -394,6 +394,8 @@ _LABEL_PIECES = (
     (("pp",), lambda pp: f"pp{pp}"),
     (("cp",), _degree_piece("cp")),
     (("ep",), _degree_piece("ep")),
+    # the experts' tensor parallelism (``etp2``) where it splits them: 1 on every dense model
+    (("etp",), _degree_piece("etp")),
     (("vpp",), _degree_piece("vpp")),
     (("micro_batch",), lambda mb: f"mb{mb}"),
     (("zero_stage",), lambda z: f"z{z}"),
@@ -407,7 +409,7 @@ _LABEL_PIECES = (
 )
 #: what ``config_label`` takes for an optional field its configuration lacks (dp, tp, pp,
 #: micro_batch and zero_stage are required)
-_LABEL_OPTIONAL = dict(cp=1, ep=1, vpp=1, zero_shard_group=0, recompute="none", recompute_num_layers=0,
+_LABEL_OPTIONAL = dict(cp=1, ep=1, etp=1, vpp=1, zero_shard_group=0, recompute="none", recompute_num_layers=0,
                        recompute_layers_decrement=0, offload_activation_layers=0, sequence_parallel=False,
                        schedule="1f1b", dtype="bf16", attention_kernel="auto")
 
@@ -415,7 +417,7 @@ _LABEL_OPTIONAL = dict(cp=1, ep=1, vpp=1, zero_shard_group=0, recompute="none", 
 #: the label's whole-number fields and their least value; those of ``_LABEL_WHOLE_OR_NONE`` may
 #: also be None (as 0). 'x' or None as a degree was labelled 'dpx tpNone', and 'x' as cp failed
 #: as int()'s ValueError.
-_LABEL_WHOLE = dict(dp=1, tp=1, pp=1, cp=1, ep=1, vpp=1, micro_batch=1, zero_stage=0)
+_LABEL_WHOLE = dict(dp=1, tp=1, pp=1, cp=1, ep=1, etp=1, vpp=1, micro_batch=1, zero_stage=0)
 _LABEL_WHOLE_OR_NONE = ("zero_shard_group", "recompute_num_layers", "recompute_layers_decrement",
                         "offload_activation_layers")
 

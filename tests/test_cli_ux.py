@@ -47,6 +47,27 @@ def test_plan_table_names_each_plan_by_its_config_label_and_fits_120_columns():
     assert max(len(ln) for ln in lines) <= 120
 
 
+def test_plan_table_folds_the_expert_tp_into_the_config_label():
+    """21578cc gave the plan table an etp column for every model (a dense gpt3-1.3b too, where it
+    is always 1), which pushed step_time_s out of the third place; the experts' TP is a degree like
+    cp and ep, so it joins the label when > 1 ('ep8 etp2') and leaves the table's columns. A row
+    at etp 1 is labelled as before, so the two layouts of one tp 2 ep 8 row are told apart."""
+    from paraplan.api import config_label
+    row = dict(dp=1, tp=2, pp=2, cp=4, ep=8, micro_batch=1, zero_stage=1)
+    assert config_label({**row, "etp": 2}) == "dp1 tp2 pp2 cp4 ep8 etp2 mb1 z1"
+    assert config_label({**row, "etp": 1}) == config_label(row) == "dp1 tp2 pp2 cp4 ep8 mb1 z1"
+    base = ["plan", "-m", "mixtral-8x7b", "-c", "dgx-h100", "-n", "16", "--global-batch", "64", "--top", "40"]
+    table = run(*base)
+    assert table.exit_code == 0, table.output
+    plans = json.loads(run(*base, "--json").stdout)["plans"]
+    lines = table.stdout.splitlines()
+    header = next(ln for ln in lines if ln.startswith("rank"))
+    assert "etp" not in header.split()
+    body = lines[lines.index(header) + 2:][:len(plans)]
+    for plan, line in zip(plans, body):
+        assert (f" etp{plan['etp']} " in line) == (plan["etp"] > 1), line
+
+
 def test_pooled_plan_shows_mfu_in_percent_like_every_other_table(tmp_path):
     pooled = tmp_path / "small.yaml"
     pooled.write_text("name: small-mixed\npools:\n  - {name: a100, cluster: dgx-a100-80gb, gpus: 16}\n"

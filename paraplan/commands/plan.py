@@ -125,7 +125,7 @@ def machine_rows(df, cluster):
 
 
 #: what the ``config`` column's abbreviations mean (``paraplan.api.config_label``)
-CONFIG_LEGEND = ("config: dp tp pp (cp ep vpp when > 1) degrees, mb micro-batch, z ZeRO stage, hsdpG ZeRO over groups "
+CONFIG_LEGEND = ("config: dp tp pp (cp ep etp vpp when > 1) degrees, mb micro-batch, z ZeRO stage, hsdpG ZeRO over groups "
                  "of G ranks,\n        sel / full / fullN recompute (N layers per chunk; fullNdM: M fewer each later "
                  "stage),\n        offN layers per chunk whose activations are offloaded, sp sequence parallel; 1f1b "
                  "(interleaved if vpp > 1)\n        and bf16 unless named; every field: --csv, --json\n")
