@@ -5,7 +5,7 @@ The stack catalog holds one profile per framework release where documented behav
 patch, rc or post release of a listed one is covered too, ``StackSpec.covers``; releases compare
 number by number, so 26.4.1, 26.04.1 and 26.04.01 are one release). A release
 between two profiles therefore behaves as the earlier one until the later one's change: a run
-of NeMo 24.12 is described by the NeMo 24.09 profile, vLLM 0.20 by the profile that lists 0.19.
+of NeMo 24.11 is described by the NeMo 24.09 profile, vLLM 0.20 by the profile that lists 0.19.
 
 ``match_release`` applies that rule and says, in a note for the row or the command's output,
 when the profile was not listed for the release:

@@ -3,8 +3,9 @@ DGXC2411): 203 measured step times from releases v25.01.1-v25.05.05 of github
 NVIDIA/dgxc-benchmarking, NeMo 24.12-25.04 and MaxText containers on H100 and GB200, each row citing
 its README, commit and table line (``tests/data/dgxc_other_releases.csv``, read from the READMEs and
 launch scripts at those commits; the analysis is in docs/accuracy_training.md, "DGX Cloud benchmark
-releases not in the file"). Never fitted: the NeMo releases run as the newest profiled NeMo release
-before them (``hardware_specs.release_match``), MaxText as its own profile, whose recipes' remat
+releases not in the file"). Never fitted: the NeMo releases run as their own profiles (nemo-24.12 for
+24.12 and 25.02.01, nemo-25.04 for 25.04.00 and 25.04.01: Megatron-Core 0.10-0.12's folded expert
+parallelism; since 2026-12-07, before which they ran as nemo-24.09), MaxText as its own profile, whose recipes' remat
 policy (``recipe_recompute``, ``save_dots``) a row stating no recomputation runs.
 
 The bounds are what the committed model measures, rounded up, per model family and GPU, so that a
@@ -32,27 +33,23 @@ def results() -> pd.DataFrame:
     return out
 
 
-def test_all_but_ten_rows_are_predicted_and_the_ten_say_why(results):
+def test_all_but_six_rows_are_predicted_and_the_six_say_why(results):
     assert len(results) == 203
     skipped = results[results.status != "ok"]
-    assert len(skipped) == 10
-    # the 405B proxy runs with fewer layers state no vocabulary, and 405B is not their size
-    vocab = skipped.reason.str.contains("needed field\\(s\\) empty: vocab")
-    assert vocab.sum() == 6 and (skipped[vocab].family == "Llama 3.1").all()
-    # since 2026-12-07 (050952c, 3e053ce) the NeMo 25.x rows run as NeMo 24.09, the newest profiled
-    # release before them, whose Megatron-Core 0.9 carves EP out of DP: four DeepSeek-V3 rows with
-    # ep > dp (ep 64 at dp 32 on H100 512/1024 GPUs and GB200 256 GPUs, ep 32 at dp 16 on GB200 128)
-    # are layouts it cannot run
-    carved = skipped[~vocab]
-    assert (carved.family == "DeepSeek-V3").all()
-    assert carved.reason.str.contains("carves the expert-parallel groups out of the data-parallel ranks").all()
+    assert len(skipped) == 6
+    # the 405B proxy runs with fewer layers state no vocabulary, and 405B is not their size. The four
+    # DeepSeek-V3 rows with ep > dp (ep 64 at dp 32, ep 32 at dp 16), refused while NeMo 25.x ran as
+    # NeMo 24.09's carved EP (050952c), are predicted again since 2026-12-07: NeMo 25.04 runs
+    # Megatron-Core 0.12, whose expert rank generator folds EP (nemo-25.04)
+    assert skipped.reason.str.contains("needed field\\(s\\) empty: vocab").all()
+    assert (skipped.family == "Llama 3.1").all()
 
 
 def test_mean_error_over_the_releases_within_its_bound(results):
     ok = results[results.status == "ok"]
-    assert ok.rel_error.abs().mean() <= 0.075     # 7.12% over 193 rows on 2026-12-07 (8.39% over 197 before today's refit and NeMo 24.x expert TP)
+    assert ok.rel_error.abs().mean() <= 0.08      # 7.77% over 197 rows on 2026-12-07 with NeMo 25.x's own stacks (the three DeepSeek-V3 GB200 rows at -61%); 7.12% over 193 as NeMo 24.09 (8.39% over 197 before today's refit and NeMo 24.x expert TP)
     known_miss = (ok.family == "DeepSeek-V3") & (ok.gpu == "gb200")
-    assert ok[~known_miss].rel_error.abs().mean() <= 0.075                    # 7.02% over 192 rows (7.56% over 194)
+    assert ok[~known_miss].rel_error.abs().mean() <= 0.07                     # 6.95% over 194 rows on 2026-12-07 (7.02% over 192 as NeMo 24.09; 7.56% over 194)
 
 
 @pytest.mark.parametrize("family, gpu, rows, bound", [
@@ -62,11 +59,10 @@ def test_mean_error_over_the_releases_within_its_bound(results):
     ("Llama 3.1", "h100-sxm-80gb", 64, 0.09),     # 8.85% on 2026-12-07 (the Hopper refit); 9.32% (8.9% before the Hopper FP8 refit of session 50; the 8B CP 2 rows slow, as in DGXC2411)
     ("Llama 3.1", "gb200", 6, 0.095),             # 9.22% on 2026-12-07, predicted fast (Blackwell's single FP8 copy and refit; 10.1%, 8.9%)
     ("Llama 4", "gb200", 6, 0.095),               # 9.08% on 2026-12-07, now predicted fast (Blackwell's single FP8 copy and refit); 9.65% predicted slow (4.4% before the Blackwell refit)
-    ("Llama 4", "h100-sxm-80gb", 2, 0.215),       # 21.0% on 2026-12-07, predicted slow: NeMo 24.09's etp = tp = 4 (050952c) where the source runs ETP 1; 18.1% predicted fast before (17.8% before session 50's MoE fixes)
-    ("Grok-1", "h100-sxm-80gb", 20, 0.06),        # 5.47% on 2026-12-07: NeMo 24.09's etp = tp = 4 (050952c; the source states ETP 1) and the Hopper refit; 13.9% since session 51's refit (Hopper FP8 0.6363 -> 0.6243; 13.4% before; 12.05% before session 50 dropped the dense MLP's TP collectives from MoE layers)
-    ("Grok-1", "gb200", 6, 0.075),                # 7.09% on 2026-12-07, predicted slow: etp = tp = 4 as on H100 (17.6% predicted fast; 18.8%)
-    # DeepSeek-V3 on H100: both rows refused since 2026-12-07 (ep 64 > dp 32 under NeMo 24.09's carved EP;
-    # 8.4% before, 7.1% before session 51)
+    ("Llama 4", "h100-sxm-80gb", 2, 0.215),       # 21.0% on 2026-12-07, predicted slow at etp = tp = 4, which is what the source runs (H100 config table line 19: ETP4; NeMo v2.3.0 llama4_e128.py sets 4), so not an etp error; unchanged under nemo-25.04 (carved or folded, the EP members sit tp = etp = 4 ranks apart); 18.1% predicted fast before (17.8% before session 50's MoE fixes)
+    ("Grok-1", "h100-sxm-80gb", 20, 0.05),        # 4.76% on 2026-12-07 with NeMo 25.x's stacks: the two 25.04.00 rows at etp 1 as the source states (grok1/launch.sh ET=1: +31.1% -> +16.1%, +20.1% -> +1.8%), the 18 24.12 rows at folded EP, etp = tp (NeMo 2.1 has no expert TP setting; up to 1.7 points faster, all still predicted fast); 5.47% as NeMo 24.09 (etp = tp = 4, 050952c) and the Hopper refit; 13.9% since session 51's refit (Hopper FP8 0.6363 -> 0.6243; 13.4% before; 12.05% before session 50 dropped the dense MLP's TP collectives from MoE layers)
+    ("Grok-1", "gb200", 6, 0.075),                # 7.09% on 2026-12-07, predicted slow at etp = tp = 4, which the source runs (GB200 table: ETP4; grok1/launch.sh ET=4), unchanged under nemo-25.04 (17.6% predicted fast; 18.8%)
+    ("DeepSeek-V3", "h100-sxm-80gb", 2, 0.075),   # 7.18% on 2026-12-07 under nemo-25.04 (folded EP, etp 1 as launch.sh states), both predicted fast (-6.0%, -8.4%); refused earlier that day as NeMo 24.09 (ep 64 > dp 32); 8.4% before, 7.1% before session 51
     ("MaxText", "h100-sxm-80gb", 22, 0.07),       # 6.60% on 2026-12-07 (the Hopper refit: HBM 0.6406 -> 0.5547); 6.13% (5.19% before the Hopper refit): its recipes' remat policy (13.9% fast without it)
 ])
 def test_error_per_family_and_gpu_within_its_bound(results, family, gpu, rows, bound):
@@ -75,14 +71,13 @@ def test_error_per_family_and_gpu_within_its_bound(results, family, gpu, rows, b
     assert part.rel_error.abs().mean() <= bound
 
 
-def test_deepseek_v3_on_gb200_is_the_known_miss_predicted_fast(results):
+def test_deepseek_v3_on_gb200_is_the_known_miss_predicted_at_a_third_of_its_step(results):
     """NeMo 25.04.01 measured DeepSeek-V3 on GB200 at 249 TFLOPS a GPU, 1.43x its H100 rate, where
-    the model gives about 3.5x: predicted 13.0-13.3 s against 34.2-34.3 s measured at etp 1. Since
-    2026-12-07 the rows run as NeMo 24.09 (etp = tp = 2, EP carved out of DP, 050952c): the 128 and
-    256 GPU rows are refused (ep > dp) and the 512 GPU row is predicted at 25.5 s against 34.27 s
-    (-25.7%)."""
+    the model gives about 3.5x: predicted 13.2-13.4 s against 34.17-34.27 s measured at etp 1
+    (-60.8% to -61.4%) on 2026-12-07 under nemo-25.04 (folded EP, etp 1 from launch.sh), as before
+    that day's NeMo 24.09 mapping (13.0-13.3 s), which refused the 128 and 256 GPU rows (ep > dp) and
+    priced the 512 GPU row at etp = tp = 2 (25.5 s, -25.7%)."""
     part = results[(results.family == "DeepSeek-V3") & (results.gpu == "gb200")]
     assert len(part) == 3
-    ok = part[part.status == "ok"]
-    assert len(ok) == 1
-    assert ok.rel_error.between(-0.30, -0.22).all()
+    assert (part.status == "ok").all()
+    assert part.rel_error.between(-0.62, -0.60).all()

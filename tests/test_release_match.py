@@ -26,9 +26,13 @@ def test_release_numbers_reads_the_leading_numeric_components(text, numbers):
     ("megatron-bridge", "26.02.01", "megatron-bridge-26.02.01", ""),
     ("megatron-core", "0.12.1", "megatron-core-0.12", ""),
     ("megatron-core", "0.13.1", "megatron-core", ""),
+    # listed (since 2026-12-07 NeMo 24.12-25.04 have profiles of their own: Megatron-Core 0.10-0.12)
+    ("nemo", "24.12", "nemo-24.12", ""),
+    ("nemo", "25.02.01", "nemo-24.12", ""),
+    ("nemo", "25.04.01", "nemo-25.04", ""),
     # between two profiles: the earlier one
-    ("nemo", "24.12", "nemo-24.09", "the profile of 24.09, the newest profiled release before it"),
-    ("nemo", "25.02.01", "nemo-24.09", "the profile of 24.09, the newest profiled release before it"),
+    ("nemo", "24.11", "nemo-24.09", "the profile of 24.09, the newest profiled release before it"),
+    ("nemo", "25.03", "nemo-24.12", "the profile of 25.02, the newest profiled release before it"),
     ("megatron-bridge", "26.05", "megatron-bridge-26.04.01", "the profile of 26.04.01"),
     ("megatron-bridge", "25.10", "megatron-bridge-25.09", "the profile of 25.09"),
     ("megatron-lm", "2020", "megatron-lm-2019", "the profile of 2019"),
@@ -84,9 +88,9 @@ def _training_row(version: str) -> dict:
 
 
 def test_a_validation_row_of_an_unprofiled_release_is_predicted_as_the_earlier_profile_and_says_so():
-    out = validate_rows(pd.DataFrame([_training_row("24.12"), _training_row("24.09")]))
+    out = validate_rows(pd.DataFrame([_training_row("24.11"), _training_row("24.09")]))
     assert list(out.status) == ["ok", "ok"]
-    assert out.predicted[0] == out.predicted[1]            # 24.12 behaves as 24.09
+    assert out.predicted[0] == out.predicted[1]            # 24.11 behaves as 24.09
     assert "nemo-24.09" in out.assumptions[0] and "newest profiled release before it" in out.assumptions[0]
     assert "profiled release" not in out.assumptions[1]
 

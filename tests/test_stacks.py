@@ -94,6 +94,47 @@ def test_stack_for_maps_releases_to_the_stack_that_lists_them():
     assert stack_for(" Megatron-LM ", " 2021 ").name == "megatron-lm-2021"
 
 
+def test_nemo_25_releases_run_megatron_core_0_10_and_later_with_folded_expert_parallelism():
+    """NeMo 24.12 ships Megatron-Core core_r0.10.0 (NVIDIA/NeMo@v2.1.0 Dockerfile.ci:57), 25.02 0.11.1
+    (@v2.2.1 requirements/manifest.json -> Megatron-LM f62eb5b5c2) and 25.04 0.12.0rc4 (@v2.3.0 ->
+    3cdfd613e6): all build the expert groups with their own rank generator (core_r0.10.0
+    parallel_state.py:655-661), so the DGX Cloud rows of v25.01.1-v25.05.05 no longer run as NeMo 24.09's
+    carved EP. Expert TP stays tp unless set (NeMo 2.1 megatron_init.py:361-362; Megatron-Core
+    --expert-tensor-parallel-size default None = tp); the 25.04 performance configs and dgxc-benchmarking
+    launch scripts set etp 1 for DeepSeek-V3 (launch.sh:104,117) and Grok-1 on H100 (grok1/launch.sh:112),
+    not for Grok-1 on GB200 (ET 4 = tp) or Llama 4 (llama4_e128.py: 4 = tp)."""
+    from simulator.stack_defaults import stack_expert_tp
+    assert stack_for("nemo", "24.12").name == "nemo-24.12"
+    assert stack_for("nemo", "25.02.01").name == "nemo-24.12"
+    assert stack_for("nemo", "25.04.00").name == "nemo-25.04"
+    assert stack_for("nemo", "25.04.01").name == "nemo-25.04"
+    for name in ("nemo-24.12", "nemo-25.04"):
+        assert load_stack(name).training.expert_parallel_layout == "folded"
+        assert load_stack(name).training.expert_tp_default == "tp"
+    assert load_stack("nemo-24.09").training.expert_parallel_layout == "carved_from_dp"
+    new = load_stack("nemo-25.04")
+    assert stack_expert_tp(new, 2, True, "DeepSeek-V3 671B", "h100-sxm-80gb", "bf16", 64) == 1
+    assert stack_expert_tp(new, 2, True, "DeepSeek-V3 671B", "gb200", "bf16", 32) == 1
+    assert stack_expert_tp(new, 4, True, "Grok-1 314B", "h100-sxm-80gb", "bf16", 8) == 1
+    assert stack_expert_tp(new, 4, True, "Grok-1 314B", "gb200", "bf16", 8) == 4
+    assert stack_expert_tp(new, 4, True, "Llama 4 Maverick 400B", "h100-sxm-80gb", "bf16", 128) == 4
+    assert stack_expert_tp(load_stack("nemo-24.12"), 4, True, "Grok-1 314B (dgxc proxy/full)", "h100-sxm-80gb", "bf16", 8) == 4
+
+
+def test_the_nemo_25_stacks_differ_from_nemo_24_09_only_where_they_cite_a_change():
+    """Every other field is nemo-24.09's value, its source marked as carried, not re-read."""
+    old = load_stack("nemo-24.09")
+    changed = {"expert_parallel_layout", "expert_tp_default", "moe_probs_in_expert", "ep_comm_overlap",
+               "ep_dispatch_dedup", "lacks"}
+    for name in ("nemo-24.12", "nemo-25.04"):
+        new = load_stack(name)
+        differ = {k for k in StackSpec.training_keys() if getattr(new.training, k) != getattr(old.training, k)}
+        assert differ == {"expert_parallel_layout"}, name
+        for key, text in new.citations.items():
+            if key.split(".")[-1] not in changed and not key.startswith("recipes"):
+                assert "carried from nemo-24.09 (not re-read at this release)" in text, (name, key)
+
+
 def test_stack_for_errors_name_the_field_and_list_what_is_known():
     with pytest.raises(InputError, match=r"^framework: no software stack for framework 'jax'"):
         stack_for("jax", "0.4")
