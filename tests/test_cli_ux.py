@@ -47,6 +47,34 @@ def test_plan_table_names_each_plan_by_its_config_label_and_fits_120_columns():
     assert max(len(ln) for ln in lines) <= 120
 
 
+@pytest.mark.parametrize("model,gpus,batch", [("mixtral-8x7b", 16, 64), ("deepseek-v3", 256, 1024)])
+def test_moe_plan_table_fits_120_columns_with_short_unit_carrying_names(model, gpus, batch):
+    """An MoE label ('dp4 tp1 pp2 cp2 ep8 vpp17 mb1 z1', 32 characters) made mixtral-8x7b's table
+    127 columns wide and DeepSeek-V3's (39) 134: the headers tokens_per_s_per_gpu (20) and
+    headroom_gib (12) are wider than their numbers (7, 4), so such a table names them tokens/s/gpu
+    etc., says which field each is, and --json keeps the long names."""
+    base = ["plan", "-m", model, "-c", "dgx-h100", "-n", gpus, "--global-batch", batch, "--seq-len", 4096]
+    table = run(*base)
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    header = next(ln for ln in lines if ln.startswith("rank"))
+    # the table, its legend of short names and the config legend (the lines up to the layer split)
+    shown = lines[:next(i for i, ln in enumerate(lines) if ln.startswith("best plan"))]
+    assert max(len(ln) for ln in shown) <= 120, max(shown, key=len)
+    assert header.split() == ["rank", "config", "step_time_s", "tokens/s", "tokens/s/gpu", "mfu_bf16_pct",
+                              "mem_gib", "free_gib"]
+    legend = " ".join(ln.strip() for ln in lines if ln.startswith("columns: ") or ln.startswith("         "))
+    for short, name in (("tokens/s/gpu", "tokens_per_s_per_gpu"), ("free_gib", "headroom_gib")):
+        assert f"{short} = {name}" in legend
+    plan = json.loads(run(*base, "--json", "--top", "1").stdout)["plans"][0]
+    step, total, per_gpu, mfu, mem, free = (float(v.replace(",", ""))
+                                            for v in lines[lines.index(header) + 2].split()[-6:])
+    # the row's numbers are the json's: throughput per GPU = tokens/s over the GPU count
+    assert per_gpu == pytest.approx(plan["tokens_per_s_per_gpu"], abs=0.05)
+    assert per_gpu == pytest.approx(total / gpus, abs=0.1)
+    assert free == pytest.approx(plan["headroom_gib"], abs=0.05)
+
+
 def test_plan_table_folds_the_expert_tp_into_the_config_label():
     """21578cc gave the plan table an etp column for every model (a dense gpt3-1.3b too, where it
     is always 1), which pushed step_time_s out of the third place; the experts' TP is a degree like

@@ -12,6 +12,7 @@ import dataclasses
 import io
 import shlex
 import sys
+import textwrap
 import time
 
 import click
@@ -152,7 +153,24 @@ def _table(df, ranked: bool = True, show_gpus: bool = False) -> str:
     if ranked:
         headers = ["rank"] + headers
         rows = [[str(i + 1)] + r for i, r in enumerate(rows)]
-    return format_table(rows, headers)
+    text = format_table(rows, headers)
+    if max(map(len, text.splitlines())) <= TABLE_WIDTH:
+        return text
+    # an MoE label (ep8 etp2 cp2 vpp17 off1 ...) pushes the table past a terminal: the throughput
+    # and memory columns, whose names are wider than their numbers, take their short names
+    short = [_SHORT_HEADERS.get(h, h) for h in headers]
+    legend = ", ".join(f"{s} = {h}" for s, h in zip(short, headers) if s != h)
+    return format_table(rows, short) + textwrap.fill(
+        f"columns: {legend}; --csv and --json keep the long names", TABLE_WIDTH,
+        subsequent_indent=" " * 9) + "\n"
+
+
+#: a plan table's lines are at most this wide (a wider one takes ``_SHORT_HEADERS``)
+TABLE_WIDTH = 120
+
+#: the table's names for columns whose full names are wider than their numbers, units kept
+_SHORT_HEADERS = {"tokens_per_s": "tokens/s", "tokens_per_s_per_gpu": "tokens/s/gpu", "memory_gib": "mem_gib",
+                  "headroom_gib": "free_gib"}
 
 
 def _estimated_ranks(plans) -> str:
@@ -638,6 +656,11 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         if balanced and balanced != priced:
             out.append(f"  a split minimising its slowest chunk's time (dynamic programming over per-layer costs; "
                        f"not the one priced): {stage_layers_text(balanced)}\n")
+        balanced = [tuple(x) for x in result.stage_layers] if result.stage_layers else None
+        if balanced and balanced != priced:
+            out.append(textwrap.fill(f"a split minimising its slowest chunk's time (dynamic programming over per-layer "
+                                     f"costs; not the one priced): {stage_layers_text(balanced)}", TABLE_WIDTH,
+                                     initial_indent="  ", subsequent_indent="    ", break_long_words=False) + "\n")
     if len(result.plans):
         best = result.plans.iloc[0].to_dict()
         layers = spec.num_layers
