@@ -164,3 +164,16 @@ def test_a_torchtitan_search_runs_its_expert_tp_rule():
     assert len(rows)
     assert ((rows.ep == 1) <= (rows.etp == rows.tp)).all() and (rows[rows.ep > 1].etp == 1).all()
     assert ((rows.ep == 1) & (rows.tp > 1)).any()
+
+
+def test_simulate_says_torchtitan_has_no_etp_setting_and_what_it_runs():
+    """torchtitan shards the experts over tp without expert parallelism and keeps them whole with
+    it (``expert_tp_default: tp_without_ep``); it has no expert-TP option, so the table must not
+    suggest one: etp = tp = 2 at ep 1, etp 1 at ep 8, and no '--etp sets another'."""
+    base = ["simulate", "-m", "deepseek-v3", "-c", "dgx-h100", "-n", "256", "--seq-len", "4096",
+            "--global-batch", "256", "--tp", "2", "--pp", "16", "--zero", "3", "--stack", "torchtitan-0.3"]
+    for extra, etp in (([], 2), (["--ep", "8"], 1)):
+        out = CliRunner().invoke(main, base + extra).output
+        config = " ".join(line.strip() for line in out.splitlines() if line.startswith(("config", "         ")))
+        assert f"etp={etp} (torchtitan-0.3: experts split over tp at ep 1, whole with ep > 1; no etp setting)" in config
+        assert "--etp sets another" not in out

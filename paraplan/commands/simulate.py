@@ -409,9 +409,14 @@ def etp_source(stack_name: str, model: ModelSpec, config: ParallelConfig) -> str
     runs etp = tp only); "" for a dense model (etp 1, nothing to split)."""
     if model.moe is None:
         return ""
-    name = load_stack(stack_name).name
+    stack = load_stack(stack_name)
+    name = stack.name
     if config.ep_carved_from_dp:
         return f"{name}'s default: it runs etp = tp only"
+    training = stack.training_for(model.name, None, config.dtype)
+    if training is not None and training.expert_tp_default == "tp_without_ep":
+        # torchtitan has no expert-TP setting: it shards the experts over tp without expert parallelism
+        return f"{name}: experts split over tp at ep 1, whole with ep > 1; no etp setting"
     return f"{name}'s default; --etp sets another"
 
 
