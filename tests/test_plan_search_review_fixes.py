@@ -169,6 +169,7 @@ def test_explain_shows_the_split_the_plan_was_priced_and_exported_with():
     """llama3-70b on 40 A100-40GB, batch 64, --explain: the header gives the priced split
     (80 layers on pp 5: 16 each, 0:0-15 ... 4:64-79) and the explain section printed the
     balanced one (3:48-64 4:65-79) as the winner's, unlabelled."""
+    from itertools import takewhile
     result = _cli_70b("--explain", "--top", "1")
     assert result.exit_code == 0
     out = result.output
@@ -176,7 +177,9 @@ def test_explain_shows_the_split_the_plan_was_priced_and_exported_with():
     assert header == "0:0-15 1:16-31 2:32-47 3:48-63 4:64-79"
     section = out.split("winner's layers per stage (")[1].splitlines()
     assert section[0].endswith("as priced and exported:") and section[1].strip() == header
-    balanced = out.split("a split minimising its slowest chunk's time")[1].split("): ")[1].splitlines()[0]
+    # the note is wrapped at the table width: its continuation lines are indented four spaces
+    note = out.split("a split minimising its slowest chunk's time")[1].split("): ")[1].splitlines()
+    balanced = " ".join([note[0]] + [line.strip() for line in takewhile(lambda t: t.startswith("    "), note[1:])])
     if balanced != header:
         assert section[2].startswith("  the split balancing the layers' compute") and "not the one priced" \
             in section[2] and section[2].endswith(balanced)
@@ -196,3 +199,11 @@ def test_the_priced_split_is_the_exports_layout():
     row = {"pp": 4, "vpp": 1, "schedule": "1f1b"}
     assert priced_chunks(row, model) == [(0, 15), (15, 31), (31, 47), (47, 61)]
     assert exported(61, 4, 1, 1) == ((15, 16, 16, 14), (0, 0, 0, 1))
+
+
+def test_the_balanced_split_note_is_printed_once():
+    """llama3-70b on 40 A100-40GB, batch 64: the priced split is 16 layers on each of pp 5
+    (0:0-15 ... 4:64-79); the note naming the balanced split, when it differs, appears once
+    (a kept old block printed it a second time, unwrapped)."""
+    out = _cli_70b("--top", "1").output
+    assert out.count("a split minimising its slowest chunk's time") == 1

@@ -654,10 +654,6 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
                    f"{key}): {stage_layers_text(priced)}\n")
         balanced = [tuple(x) for x in result.stage_layers] if result.stage_layers else None
         if balanced and balanced != priced:
-            out.append(f"  a split minimising its slowest chunk's time (dynamic programming over per-layer costs; "
-                       f"not the one priced): {stage_layers_text(balanced)}\n")
-        balanced = [tuple(x) for x in result.stage_layers] if result.stage_layers else None
-        if balanced and balanced != priced:
             out.append(textwrap.fill(f"a split minimising its slowest chunk's time (dynamic programming over per-layer "
                                      f"costs; not the one priced): {stage_layers_text(balanced)}", TABLE_WIDTH,
                                      initial_indent="  ", subsequent_indent="    ", break_long_words=False) + "\n")
