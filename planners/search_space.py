@@ -4,6 +4,8 @@ The raw space is the product of
 
     ordered factorisations dp*tp*pp*cp = n for every GPU count n asked for
     x ep (divisors of the expert count; 1 for dense models)
+    x expert TP (``SearchConstraints.expert_tp_choices``: the row's tp, 1, or tp at ep 1 and 1
+      with ep > 1; a choice giving the etp of an earlier one is pruned as ``etp_repeat``)
     x micro-batch (divisors of the global batch)
     x vpp (1 and the divisors of L and L + 2, L = layers)
     x schedule x sequence parallel {off, on} x ZeRO {0..3} x recompute {none, selective, full}

@@ -177,3 +177,10 @@ def test_simulate_says_torchtitan_has_no_etp_setting_and_what_it_runs():
         config = " ".join(line.strip() for line in out.splitlines() if line.startswith(("config", "         ")))
         assert f"etp={etp} (torchtitan-0.3: experts split over tp at ep 1, whole with ep > 1; no etp setting)" in config
         assert "--etp sets another" not in out
+
+
+def test_the_search_space_docstring_names_the_expert_tp_axis():
+    """The raw space crosses each ep with ``SearchConstraints.expert_tp_choices`` and prunes a
+    repeated choice as ``etp_repeat``: the module's description of the raw space says so."""
+    import planners.search_space as space
+    assert "expert_tp_choices" in space.__doc__ and "etp_repeat" in space.__doc__
