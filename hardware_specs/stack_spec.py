@@ -157,13 +157,13 @@ def check_grouped_gemm_streams(field: str, value) -> int:
     return int(value)
 
 
-#: the training fields that take one of a listed set of values: (field, its values, what the
-#: error calls an unknown one), checked in this order by ``TrainingBehaviour.__post_init__``
 #: ``TrainingBehaviour.expert_tp_default`` values
 EXPERT_TP_DEFAULTS = ("one", "tp", "tp_without_ep")
 #: ``TrainingBehaviour.expert_parallel_layout`` values
 EXPERT_PARALLEL_LAYOUTS = ("folded", "carved_from_dp")
 
+#: the training fields that take one of a listed set of values: (field, its values, what the
+#: error calls an unknown one), checked in this order by ``TrainingBehaviour.__post_init__``
 _TRAINING_CHOICES = (
     ("expert_tp_default", EXPERT_TP_DEFAULTS, "value"),
     ("expert_parallel_layout", EXPERT_PARALLEL_LAYOUTS, "layout"),
