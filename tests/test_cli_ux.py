@@ -497,10 +497,10 @@ def test_a_fixed_tp_beyond_the_kv_heads_names_them():
 def test_plan_prints_the_simulate_command_of_its_best_plan_and_it_gives_the_same_step(request_args):
     """The table names a plan by abbreviations (off7, full2d1, hsdp8) that are simulate options
     under other names; the plan prints the best plan as a `paraplan simulate` command, which gives
-    its step time: 16.33 s for Llama-3-70B on 64 H100 at ZeRO-1 (dp8 tp4 pp2 vpp5, 7 layers a chunk
-    offloaded), 11.47 s for DeepSeek-V3 on 256 H100, 4.161 s for GPT-3 13B on 32 V100 (fp16), and
-    its fit: Llama-3-70B on 32 H100 planned with --headroom-gib 0 fills 79.8 of 80 GiB, and the
-    command without the headroom said "fits: NO (over by 3.77 GiB ...)" against simulate's 4 GiB."""
+    the plan's step time (Llama-3-70B on 64 H100, DeepSeek-V3 on 256 H100, GPT-3 13B on 32 V100 in
+    fp16: whichever plan wins, simulate must give its step to 1e-9), and its fit: Llama-3-70B on
+    32 H100 planned with --headroom-gib 0 fills 79.8 of 80 GiB, and the command without the
+    headroom said "fits: NO (over by 3.77 GiB ...)" against simulate's 4 GiB."""
     import shlex
     text = run("plan", *request_args, "--top", 1)
     assert text.exit_code == 0, text.output
