@@ -159,11 +159,16 @@ def _ulysses_rule(model: ModelSpec) -> str:
             "all-to-all context parallelism replicates no key/value heads)")
 
 
+#: how an error names each ``SearchConstraints.expert_tp_choices`` value
+#: (``hardware_specs.stack_spec.EXPERT_TP_DEFAULTS``)
+EXPERT_TP_CHOICE_TEXT = {"tp": "the row's tp", "one": "1", "tp_without_ep": "the row's tp at ep 1 and 1 with ep > 1"}
+
+
 def _etp_rule(model: ModelSpec, c: SearchConstraints) -> str:
     """The expert tensor-parallel degrees a search runs (``SearchConstraints.expert_tp_choices``)."""
     if model.moe is None:
         return f"{model.name} has no experts, so etp is 1"
-    where = " or ".join({"tp": "the row's tp", "one": "1", "tp_without_ep": "the row's tp at ep 1 and 1 with ep > 1"}[e] for e in c.expert_tp_choices)
+    where = " or ".join(EXPERT_TP_CHOICE_TEXT[e] for e in c.expert_tp_choices)
     return (f"the search runs etp only at {where} (the stack's default, and 1 where the release folds EP); "
             "paraplan simulate --etp prices another etp")
 

@@ -31,6 +31,7 @@ from cost_models.params import tp_splits_kv_heads
 from cost_models.sharding import largest_zero_group
 from cost_models.topology import groups_tile_node
 from hardware_specs.errors import InputError
+from hardware_specs.stack_spec import EXPERT_TP_DEFAULTS
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES
 from simulator.parallel_config import Recompute, Schedule
@@ -80,9 +81,6 @@ RECOMPUTE_NAMES = tuple(r.value for r in Recompute)           # index = code
 SCHEDULE_NAMES = tuple(s.value for s in Schedule)             # index = code
 DEFAULT_SCHEDULES = (Schedule.ONE_F_ONE_B.value, Schedule.INTERLEAVED.value)
 #: the fields a request may fix (``--fix name=value``) and the axis each belongs to.
-#: ``SearchConstraints.expert_tp_choices`` values: the row's tp, 1, or the row's tp at ep 1 and 1
-#: with expert parallelism (``simulator.stack_defaults.stack_expert_tp``: torchtitan)
-EXPERT_TP_CHOICES = ("tp", "one", "tp_without_ep")
 FIXABLE = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage", "recompute",
            "sequence_parallel", "schedule", "zero_shard_group", "cp_kind")
 
@@ -399,8 +397,8 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
     experts = model.moe.num_experts if model.moe is not None else 1
     ep_raw = divisors(experts) if model.moe is not None else np.ones(1, dtype=np.int64)
     etp_choices = tuple(c.expert_tp_choices) if model.moe is not None else ("one",)
-    if not etp_choices or set(etp_choices) - set(EXPERT_TP_CHOICES):
-        raise ValueError(f"expert_tp_choices {etp_choices!r}: each one of {EXPERT_TP_CHOICES}")
+    if not etp_choices or set(etp_choices) - set(EXPERT_TP_DEFAULTS):
+        raise ValueError(f"expert_tp_choices {etp_choices!r}: each one of {EXPERT_TP_DEFAULTS}")
     mb_raw = micro_batch_candidates(gbs, c.max_micro_batch)
     vpp_raw = vpp_candidates(L)
     sched_raw = np.array([SCHEDULE_CODES[Schedule(s)] for s in c.schedules], dtype=np.int64)

@@ -105,7 +105,7 @@ def test_simulate_says_where_a_default_etp_came_from():
 
 
 def test_a_fixed_etp_the_search_does_not_run_says_so():
-    """The search runs etp at the row's tp or 1 (planners.search_space.EXPERT_TP_CHOICES); tp 4
+    """The search runs etp at the row's tp or 1 (SearchConstraints.expert_tp_choices); tp 4
     with etp 2 is a layout simulate runs (--tp 4 --ep 2 --etp 2 on 16 GPUs), so 'no layout there
     has both' was wrong: the message says what is searched and where another etp is priced."""
     code, line = _last_line("plan", *MIXTRAL, "-n", 16, "--global-batch", 64, "--fix", "etp=2", "--fix", "tp=4")
@@ -184,3 +184,14 @@ def test_the_search_space_docstring_names_the_expert_tp_axis():
     repeated choice as ``etp_repeat``: the module's description of the raw space says so."""
     import planners.search_space as space
     assert "expert_tp_choices" in space.__doc__ and "etp_repeat" in space.__doc__
+
+
+def test_the_expert_tp_modes_are_listed_once():
+    """The stack's expert_tp_default values (hardware_specs.stack_spec.EXPERT_TP_DEFAULTS) are the
+    choices a search accepts; planners keeps no second copy, and the infeasibility message has a
+    text for each (one dict), so a mode added to the stack cannot go unnamed or unaccepted."""
+    import planners.infeasible as infeasible
+    import planners.search_space as space
+    from hardware_specs.stack_spec import EXPERT_TP_DEFAULTS
+    assert not hasattr(space, "EXPERT_TP_CHOICES")
+    assert set(infeasible.EXPERT_TP_CHOICE_TEXT) == set(EXPERT_TP_DEFAULTS)
