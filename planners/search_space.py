@@ -35,6 +35,7 @@ from hardware_specs.stack_spec import EXPERT_TP_DEFAULTS
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES
 from simulator.parallel_config import Recompute, Schedule
+from simulator.stack_defaults import expert_tp_for
 from simulator.stack_support import ZERO_BUBBLE_SCHEDULES, lacked_use
 from simulator.step_model import LAYER_KEY_FIELDS
 from simulator.validate_config import needs_uneven_split, sequence_split_ok
@@ -445,8 +446,7 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
     cols = _cross(cols, np.arange(len(ep_raw) * len(etp_choices), dtype=np.int64), "ep")
     choice = cols["ep"] % len(etp_choices)
     cols["ep"] = ep_raw[cols["ep"] // len(etp_choices)]
-    by_choice = np.stack([cols["tp"] if e == "tp" else np.where(cols["ep"] == 1, cols["tp"], 1) if e == "tp_without_ep"
-                          else np.ones_like(cols["tp"]) for e in etp_choices])
+    by_choice = np.stack([expert_tp_for(e, cols["tp"], cols["ep"]) for e in etp_choices])
     cols["etp"] = np.take_along_axis(by_choice, choice[None, :], 0)[0]
     # a choice whose etp an earlier choice already gives this row (tp 1: tp and one agree)
     repeat = (by_choice == cols["etp"][None, :]) & (np.arange(len(etp_choices))[:, None] < choice[None, :])

@@ -7,6 +7,8 @@ The step model never reads a stack's name: it reads these fields.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from hardware_specs.errors import InputError
 from hardware_specs.stack_spec import SELECTIVE_CHECKPOINTS, StackSpec
 
@@ -120,8 +122,27 @@ def stack_expert_tp(stack: StackSpec, tp: int, is_moe: bool, model_name: str | N
     ``tp_without_ep`` at ep 1: torchtitan 0.3.0, ``paraplan.exports.torchtitan.expert_tp``), else 1."""
     if not is_moe:
         return 1
-    mode = stack.training_for(model_name, gpu, dtype).expert_tp_default
-    return int(tp) if mode == "tp" or (mode == "tp_without_ep" and int(ep) == 1) else 1
+    return expert_tp_for(stack.training_for(model_name, gpu, dtype).expert_tp_default, tp, ep)
+
+
+def expert_tp_for(mode: str, tp, ep):
+    """The expert tensor-parallel degree an ``expert_tp_default`` ``mode``
+    (``hardware_specs.stack_spec.EXPERT_TP_DEFAULTS``) gives at tensor degree ``tp`` and
+    expert-parallel degree ``ep``: ``tp`` for ``"tp"`` (Megatron-Core and NeMo), 1 for ``"one"``,
+    and for ``"tp_without_ep"`` ``tp`` at ep 1 and 1 with ep > 1 (torchtitan 0.3.0:
+    ``expert_param_placement_dense`` shards w1/w3 and w2 over the TP axis, ``_sparse`` splits the
+    experts over EP only). ``tp`` and ``ep`` may be ints (an int back) or int arrays, broadcast
+    against each other (an int64 array back: the plan search's rows)."""
+    tp, ep = np.broadcast_arrays(np.asarray(tp, dtype=np.int64), np.asarray(ep, dtype=np.int64))
+    if mode == "tp":
+        out = tp
+    elif mode == "one":
+        out = np.ones_like(tp)
+    elif mode == "tp_without_ep":
+        out = np.where(ep == 1, tp, 1)
+    else:
+        raise ValueError(f"expert_tp_default {mode!r}: not one of the stack's modes")
+    return int(out) if out.ndim == 0 else np.array(out, dtype=np.int64)
 
 
 def check_default_expert_tp(stack: StackSpec, model, gpu: str | None, dtype: str | None, dp: int, cp: int,

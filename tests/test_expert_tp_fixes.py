@@ -195,3 +195,32 @@ def test_the_expert_tp_modes_are_listed_once():
     from hardware_specs.stack_spec import EXPERT_TP_DEFAULTS
     assert not hasattr(space, "EXPERT_TP_CHOICES")
     assert set(infeasible.EXPERT_TP_CHOICE_TEXT) == set(EXPERT_TP_DEFAULTS)
+
+
+def test_expert_tp_for_is_the_one_rule_for_ints_and_rows():
+    """torchtitan 0.3.0 splits the experts over tp at ep 1 and runs them whole with ep > 1
+    (expert_param_placement_dense / _sparse): tp 2 ep 1 -> 2, tp 2 ep 8 -> 1, tp 4 ep 1 -> 4;
+    Megatron-Core's default etp = tp; 'one' is 1. Ints give ints, rows give int64 rows."""
+    import numpy as np
+    from simulator.stack_defaults import expert_tp_for
+    tp, ep = np.array([2, 2, 4]), np.array([1, 8, 1])
+    assert expert_tp_for("tp_without_ep", tp, ep).tolist() == [2, 1, 4]
+    assert expert_tp_for("tp", tp, ep).tolist() == [2, 2, 4]
+    assert expert_tp_for("one", tp, ep).tolist() == [1, 1, 1]
+    assert expert_tp_for("tp_without_ep", 2, 8) == 1 and type(expert_tp_for("tp", 2, 8)) is int
+
+
+def test_simulates_etp_note_reads_the_clusters_gpu_recipe(monkeypatch):
+    """A stack whose recipe for one GPU runs torchtitan's rule (tp_without_ep) and another the
+    default etp = tp: the note names the rule only for the GPU whose recipe has it (it read the
+    recipe with no GPU, as stack_expert_tp, which prices the run, does not)."""
+    from types import SimpleNamespace
+    import paraplan.commands.simulate as sim
+    mode = {"H100": "tp_without_ep"}
+    stack = SimpleNamespace(name="s", training_for=lambda model, gpu, dtype: SimpleNamespace(
+        expert_tp_default=mode.get(gpu, "tp")))
+    monkeypatch.setattr(sim, "load_stack", lambda name: stack)
+    model = SimpleNamespace(name="m", moe=object())
+    config = SimpleNamespace(ep_carved_from_dp=False, dtype="bf16")
+    assert "no etp setting" in sim.etp_source("s", model, config, "H100")
+    assert "no etp setting" not in sim.etp_source("s", model, config, "A100")

@@ -403,17 +403,18 @@ def cp_kind_source(stack_name: str, config: ParallelConfig) -> str:
     return f"{load_stack(stack_name).name}'s default; --cp-kind sets another"
 
 
-def etp_source(stack_name: str, model: ModelSpec, config: ParallelConfig) -> str:
+def etp_source(stack_name: str, model: ModelSpec, config: ParallelConfig, gpu: str | None = None) -> str:
     """Where an expert tensor-parallel degree the user did not give came from (``stack_expert_tp``),
     for the table: the stack's default for an MoE model (a carved-EP release, Megatron-Core <= 0.9,
-    runs etp = tp only); "" for a dense model (etp 1, nothing to split)."""
+    runs etp = tp only); "" for a dense model (etp 1, nothing to split). ``gpu``: the cluster's GPU
+    name, whose recipe the default was read from (``stack_expert_tp``)."""
     if model.moe is None:
         return ""
     stack = load_stack(stack_name)
     name = stack.name
     if config.ep_carved_from_dp:
         return f"{name}'s default: it runs etp = tp only"
-    training = stack.training_for(model.name, None, config.dtype)
+    training = stack.training_for(model.name, gpu, config.dtype)
     if training is not None and training.expert_tp_default == "tp_without_ep":
         # torchtitan has no expert-TP setting: it shards the experts over tp without expert parallelism
         return f"{name}: experts split over tp at ep 1, whole with ep > 1; no etp setting"
@@ -832,7 +833,7 @@ def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_pat
     else:
         note = zero_source(opts["stack"], model, cluster, config) if opts["zero"] is None else ""
         cp_note = cp_kind_source(opts["stack"], config) if opts.get("cp_kind") is None else ""
-        etp_note = etp_source(opts["stack"], model, config) if opts.get("etp") is None else ""
+        etp_note = etp_source(opts["stack"], model, config, cluster.gpu.name) if opts.get("etp") is None else ""
         click.echo(render(report, model, cluster, keep_gib, config, note, cp_note, etp_note), nl=False)
     for note in notes:
         click.echo(note, err=True)

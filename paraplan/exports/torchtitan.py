@@ -86,6 +86,7 @@ from paraplan.exports.common import (gpus_text, plan_fields, refuse_memory_featu
                                      selective_recompute_modules, stage_layer_counts, summary, torchrun_head)
 from simulator.layer_times import tp_overlap_applies
 from simulator.parallel_config import Recompute, Schedule
+from simulator.stack_defaults import expert_tp_for
 
 NAME = "torchtitan"
 SUFFIX = ".py"
@@ -340,8 +341,9 @@ def _settings(p: dict) -> dict:
 def expert_tp(tp: int, ep: int) -> int:
     """The expert tensor-parallel degree torchtitan 0.3.0 runs routed experts at: ``tp`` without
     expert parallelism (``expert_param_placement_dense``: w1/w3 Shard(1), w2 Shard(2) on the TP
-    axis), 1 with it (``expert_param_placement_sparse``: the experts split over EP only)."""
-    return int(tp) if int(ep) == 1 else 1
+    axis), 1 with it (``expert_param_placement_sparse``: the experts split over EP only): its
+    stacks' ``expert_tp_default`` ``tp_without_ep`` (``simulator.stack_defaults.expert_tp_for``)."""
+    return expert_tp_for("tp_without_ep", tp, ep)
 
 
 def loss_settings(p: dict, model: ModelSpec) -> dict:
