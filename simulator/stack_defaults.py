@@ -180,10 +180,10 @@ def searched_expert_tp(stack: StackSpec, is_moe: bool, model_name: str | None = 
     if not is_moe:
         return ("one",)
     t = stack.training_for(model_name, gpu, dtype)
-    default = t.expert_tp_default if t is not None else "one"
+    default = t.expert_tp_default
     if default == "tp_without_ep":       # torchtitan: no expert-TP setting, the rule only
         return (default,)
-    folded = t is None or t.expert_parallel_layout == "folded"
+    folded = t.expert_parallel_layout == "folded"
     return tuple(dict.fromkeys((default, "one") if folded else (default,)))
 
 
