@@ -620,7 +620,10 @@ def test_plan_prints_the_layers_per_chunk_it_priced_and_the_balanced_split_apart
             "--fix", "vpp=2", "--top", "1")
     text = run(*args).stdout
     assert "as priced and exported (4 chunks; stage:first-last layer): 0:0-7 1:8-15 2:16-23 3:24-31" in text
-    assert "not the one priced): 0:0-7 1:8-16 2:17-25 3:26-31" in text
+    # the balanced split's note is printed once, wrapped at 120 columns (continuation lines indented 4)
+    joined = text.replace("\n    ", " ")
+    assert "not the one priced): 0:0-7 1:8-16 2:17-25 3:26-31" in joined
+    assert text.count("a split minimising its slowest chunk") == 1
     data = json.loads(run(*args, "--json").stdout)
     assert data["stage_layers"] == [[0, 8], [8, 16], [16, 24], [24, 32]]
     assert data["balanced_stage_layers"] == [[0, 8], [8, 17], [17, 26], [26, 32]]
