@@ -16,6 +16,14 @@ def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
+def plan_table(*args) -> tuple[list[str], str]:
+    """The text table of ``paraplan plan *args`` (which must succeed): its lines and its header line."""
+    table = run(*args)
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    return lines, next(ln for ln in lines if ln.startswith("rank"))
+
+
 def one_line_error(result) -> str:
     assert result.exit_code == 2, (result.exit_code, result.output)
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
@@ -34,11 +42,8 @@ def test_missing_input_files_say_how_to_fix_them(tmp_path):
 def test_plan_table_names_each_plan_by_its_config_label_and_fits_120_columns():
     from paraplan.api import config_label
     base = ["plan", "-m", "gpt3-1.3b", "-c", "dgx-a100-80gb", "-n", "8", "--global-batch", "32", "--top", "3"]
-    table = run(*base)
-    assert table.exit_code == 0, table.output
+    lines, header = plan_table(*base)
     plans = json.loads(run(*base, "--json").stdout)["plans"]
-    lines = table.stdout.splitlines()
-    header = next(ln for ln in lines if ln.startswith("rank"))
     assert header.split()[:3] == ["rank", "config", "step_time_s"] and "n_gpus" not in header
     first = lines[lines.index(header) + 2]
     assert config_label(plans[0]) in first
@@ -54,10 +59,7 @@ def test_moe_plan_table_fits_120_columns_with_short_unit_carrying_names(model, g
     headroom_gib (12) are wider than their numbers (7, 4), so such a table names them tokens/s/gpu
     etc., says which field each is, and --json keeps the long names."""
     base = ["plan", "-m", model, "-c", "dgx-h100", "-n", gpus, "--global-batch", batch, "--seq-len", 4096]
-    table = run(*base)
-    assert table.exit_code == 0, table.output
-    lines = table.stdout.splitlines()
-    header = next(ln for ln in lines if ln.startswith("rank"))
+    lines, header = plan_table(*base)
     # the table, its legend of short names and the config legend (the lines up to the layer split)
     shown = lines[:next(i for i, ln in enumerate(lines) if ln.startswith("best plan"))]
     assert max(len(ln) for ln in shown) <= 120, max(shown, key=len)
@@ -85,11 +87,8 @@ def test_plan_table_folds_the_expert_tp_into_the_config_label():
     assert config_label({**row, "etp": 2}) == "dp1 tp2 pp2 cp4 ep8 etp2 mb1 z1"
     assert config_label({**row, "etp": 1}) == config_label(row) == "dp1 tp2 pp2 cp4 ep8 mb1 z1"
     base = ["plan", "-m", "mixtral-8x7b", "-c", "dgx-h100", "-n", "16", "--global-batch", "64", "--top", "40"]
-    table = run(*base)
-    assert table.exit_code == 0, table.output
+    lines, header = plan_table(*base)
     plans = json.loads(run(*base, "--json").stdout)["plans"]
-    lines = table.stdout.splitlines()
-    header = next(ln for ln in lines if ln.startswith("rank"))
     assert "etp" not in header.split()
     body = lines[lines.index(header) + 2:][:len(plans)]
     for plan, line in zip(plans, body):
