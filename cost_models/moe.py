@@ -525,6 +525,17 @@ def deduplicated_dispatch_volumes(token_bytes, num_experts, top_k, ep, stride, g
     return tb * (n_intra - 1.0) * n_inter * p_gpu, tb * (n_inter - 1.0) * p_node
 
 
+def ep_member_stride(tp, cp, etp, carved_from_dp):
+    """Ranks between two members of an expert-parallel group: ``etp`` under MoE parallel folding
+    (Megatron-Core >= 0.10's expert RankGenerator tp=etp, ep, dp), ``tp * cp`` where the stack
+    carves the EP groups out of data parallelism in the rank order tp-cp-ep-dp-pp (Megatron-Core
+    <= 0.9, NVIDIA/Megatron-LM@core_r0.9.0 megatron/core/parallel_state.py RankGenerator;
+    ``ParallelConfig.ep_carved_from_dp``). Elementwise over arrays; an EP group spans
+    ``ep * stride`` consecutive ranks."""
+    return np.where(carved_from_dp, np.asarray(tp, dtype=float) * np.asarray(cp, dtype=float),
+                    np.asarray(etp, dtype=float))
+
+
 def moe_all_to_all_time_s(dispatch_bytes, ep, etp, cluster: ClusterSpec, eff: EfficiencyModel,
                           overlap=0.0, load_imbalance=1.0, combine_bytes=None, stride=None,
                           dedup=False, num_experts=None, top_k=None, capacity_factor=0.0, num_groups=1,

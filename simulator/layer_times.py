@@ -388,8 +388,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             dispatch = mlp["a2a_dispatch_buffer_bytes"]       # the routed rows, at the experts' width
             # EP members sit etp ranks apart (folding) or tp * cp apart where the stack carves the EP
             # groups out of data parallelism (Megatron-Core <= 0.9, ``ParallelConfig.ep_carved_from_dp``)
-            ep_stride = np.where(ep_carved_from_dp, np.asarray(tp, dtype=float) * np.asarray(cp, dtype=float),
-                                 np.asarray(etp, dtype=float))
+            ep_stride = moe_costs.ep_member_stride(tp, cp, etp, ep_carved_from_dp)
             a2a = moe_costs.moe_all_to_all_time_s(dispatch, ep, etp, cluster, eff, load_imbalance=imbalance,
                                                   stride=ep_stride,
                                                   dedup=ep_dispatch_dedup, num_experts=model.moe.num_experts,

@@ -30,7 +30,7 @@ from functools import partial
 
 import numpy as np
 
-from cost_models import offload, params, sharding
+from cost_models import moe, offload, params, sharding
 from cost_models.compute import compute_rates
 from cost_models.low_precision import ELEMENT_BYTES
 from cost_models.topology import (group_collective_time_s, p2p_stage_time_s, pipeline_exchange_transfers,
@@ -395,7 +395,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     # and a plain data-parallel all-reduce beyond a node are left out
     pcie_host = cluster.host is not None and offload.is_pcie_link(cluster.host.link)
     zero_crosses = shard * tp > cluster.gpus_per_node
-    ep_crosses = ep * np.where(batch.ep_carved_from_dp, tp * cp, etp) > cluster.gpus_per_node
+    ep_crosses = ep * moe.ep_member_stride(tp, cp, etp, batch.ep_carved_from_dp) > cluster.gpus_per_node
     regather = batch.zero3_recompute_gather & (rc == _FULL)
     per_mb_grads = _grads_reduced_every_microbatch(batch, zero)
     # ZeRO-3 rows that gather and reduce per layer and micro-batch (the others do it once a
