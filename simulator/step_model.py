@@ -672,7 +672,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     # first forward, so the first micro-batch reaches the end that much later (pipeline fill)
     n_moe_total, n_dense_total = _layers_on_path(model)
     weight_cast_fill = _weight_cast_fill_s(model, batch, lay)
-    pipeline = pipe["makespan_s"] + weight_cast_fill
+    ep_unpaired = ep_unpaired_s(model, batch, lay, m)
+    pipeline = pipe["makespan_s"] + weight_cast_fill + ep_unpaired
 
     # ---- data-parallel gradient reduction and parameter gather after the flush -------------
     grad_comm, gather_comm, bucket_share, tied_comm = _dp_after_flush(model, cluster, eff, batch, sp_, param_bytes)
@@ -700,7 +701,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     recompute_part = m * share * pipe["part_recompute_s"]
     tp_part = m * share * pipe["part_tp_s"]
     cp_part = m * share * pipe["part_cp_s"]
-    ep_part = m * share * pipe["part_ep_s"]
+    ep_part = m * share * pipe["part_ep_s"] + ep_unpaired
     z3_part = m * share * pipe["part_z3_s"]
     pp_comm_part = m * share * pipe["ends_p2p_s"]
     offload_pipe = m * share * pipe["part_offload_s"]
@@ -794,6 +795,49 @@ def _layers_on_path(model: ModelSpec) -> tuple[float, float]:
     """(MoE, dense) layers one micro-batch passes, the MTP layers included."""
     n_moe_total = float(model.num_moe_layers) + (model.mtp_layers if model.num_moe_layers else 0)
     return n_moe_total, float(model.num_layers + model.mtp_layers) - n_moe_total
+
+
+def ep_unpaired_passes(batch: ConfigBatch, m):
+    """Forward (and as many backward) chunk passes of pipeline stage 0 that run with no partner
+    micro-batch under ``ep_comm_overlap``, per row.
+
+    Megatron-Core overlaps the expert all-to-alls by running one micro-batch's forward beside
+    another's backward (``--overlap-moe-expert-parallel-comm``, core_v0.14+
+    ``pipeline_parallel/combined_1f1b.py``): without a pipeline the first micro-batch's forward
+    "is executed alone, no a2a overlapping" and so is the last one's backward (1 each, also at
+    m = 1); with one, the warm-up forwards of the interleaved schedule run alone, and their
+    backwards in the cool-down, on stage 0 (p - 1) x 2 + (v - 1) x p of them plus the one extra
+    micro-batch the overlap schedules before the 1F1B phase (``schedules.py``
+    ``get_pp_rank_microbatches``, its group of micro-batches per virtual stage the default p),
+    at most all m x v. Megatron-Core requires vpp with a pipeline here; a plain 1F1B pipeline is
+    counted by the same rule at v = 1. GPipe pairs nothing (every pass alone); the zero-bubble
+    and DualPipe schedules order their own passes and are not counted here (0)."""
+    p = np.asarray(batch.pp, dtype=float)
+    sched = np.asarray(batch.schedule)
+    interleaved = sched == SCHEDULE_CODES[Schedule.INTERLEAVED]
+    v = np.where(interleaved, np.asarray(batch.vpp, dtype=float), 1.0)
+    total = np.asarray(m, dtype=float) * v
+    warm = np.minimum(total, 2.0 * (p - 1.0) + (v - 1.0) * p + 1.0)
+    one_f_one_b = interleaved | (sched == SCHEDULE_CODES[Schedule.ONE_F_ONE_B])
+    return np.where(sched == _GPIPE, total, np.where(one_f_one_b, warm, 0.0))
+
+
+def ep_unpaired_s(model: ModelSpec, batch: ConfigBatch, lay: dict, m):
+    """Seconds the passes without a partner (``ep_unpaired_passes``) add to the step under
+    ``ep_comm_overlap``: each such forward and backward exposes its MoE layers' whole all-to-alls
+    instead of what a pair leaves (``layer_times``' ``ep_unpaired_extra_moe``), over the MoE
+    layers of one model chunk (the stage's average: all MoE layers / (pp x chunks)); 0 without
+    the overlap or expert parallelism. A first-order account: the passes are stage 0's, on the
+    critical path at the pipeline's fill and drain."""
+    n_moe_total, _ = _layers_on_path(model)
+    if n_moe_total == 0:
+        return 0.0 * np.asarray(m, dtype=float)
+    p = np.asarray(batch.pp, dtype=float)
+    sched = np.asarray(batch.schedule)
+    v = np.where(sched == SCHEDULE_CODES[Schedule.INTERLEAVED], np.asarray(batch.vpp, dtype=float), 1.0)
+    per_chunk = n_moe_total / (p * v)
+    on = np.asarray(batch.ep_comm_overlap, dtype=bool) & (np.asarray(batch.ep) > 1)
+    return np.where(on, ep_unpaired_passes(batch, m) * per_chunk * lay["ep_unpaired_extra_moe"], 0.0)
 
 
 def _weight_cast_fill_s(model: ModelSpec, batch: ConfigBatch, lay: dict):
