@@ -11,6 +11,7 @@ from cost_models.topology import group_tiling
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from simulator.parallel_config import ParallelConfig, Schedule
+from simulator.ep_overlap_rules import check_ep_comm_overlap
 from simulator.stack_support import check_stack_features
 
 
@@ -444,6 +445,7 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
         if (c.dp * c.cp * c.tp) % (c.ep * c.etp):
             raise InputError("ep", f"ep*etp = {c.ep}*{c.etp} must divide dp*cp*tp = {c.dp * c.cp * c.tp} "
                              "(MoE parallel folding)")
+        check_ep_comm_overlap(c, model.mtp_layers)
     elif c.ep > 1:
         raise InputError("ep", f"{model.name} has no experts; expert parallelism needs an MoE model",
                          "set ep 1")

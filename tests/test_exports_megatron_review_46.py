@@ -48,7 +48,13 @@ def test_delayed_fp8_with_layernorm_recompute_is_refused_as_megatron_refuses_it(
 def test_the_overlapped_expert_all_to_all_with_the_moe_module_recomputed_is_refused():
     moe = dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=64, tp=2, ep=8, seq_len=4096, global_batch=256,
                zero_stage=1, sequence_parallel=True, ep_comm_overlap=True)
-    reason = exports.refusal(_row(**moe, recompute_modules="moe"), "megatron")
+    # simulate refuses the plan (simulator.ep_overlap_rules); a row that reached the export with
+    # the switch on anyway is still refused by its table's rule
+    with pytest.raises(InputError) as err:
+        _row(**moe, recompute_modules="moe")
+    assert err.value.field == "ep_comm_overlap"
+    row = {**_row(**{**moe, "ep_comm_overlap": False}, recompute_modules="moe"), "ep_comm_overlap": True}
+    reason = exports.refusal(row, "megatron")
     assert reason is not None and "ep_a2a_overlap_keeps_moe" in str(reason)
     assert exports.refusal(_row(**moe, recompute_modules="mlp_act"), "megatron") is None   # Megatron's moe_act
 
