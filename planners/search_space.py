@@ -36,6 +36,7 @@ from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES
 from simulator.parallel_config import Recompute, Schedule
 from simulator.stack_defaults import expert_tp_for
+from simulator.ep_overlap_rules import FULL_PRECISION_DTYPES, ep_overlap_runnable
 from simulator.stack_support import ZERO_BUBBLE_SCHEDULES, lacked_use
 from simulator.step_model import LAYER_KEY_FIELDS
 from simulator.validate_config import needs_uneven_split, sequence_split_ok
@@ -75,6 +76,10 @@ RULES = {
     "hsdp": "hybrid sharding whose shard group is not a proper divisor (>= 2) of dp*cp, or is the group "
             "another value of the axis already gives the row",
     "stack": "uses a parallelism, schedule, ZeRO stage or recomputation the software stack lacks (its training.lacks)",
+    "ep_overlap": "with ep_comm_overlap on, ep > 1 and a 1F1B, interleaved or GPipe schedule, a combination "
+                  "Megatron-Core's combined 1F1B refuses: pp > 1 "
+                  "without vpp >= 2, a full recomputation, an fp32 / tf32 search, or more than one MTP layer "
+                  "(simulator.ep_overlap_rules; `simulate` refuses it)",
     "memory": "does not fit in HBM minus the headroom (evaluated)",
 }
 
@@ -166,6 +171,9 @@ class SearchConstraints:
             (``simulator.stack_defaults.searched_expert_tp``: the default, plus ``one`` where the
             release folds EP and lets the user set etp); a choice giving the same etp as an
             earlier one at a row's tp (tp 1) is not searched twice. A dense model runs etp 1.
+        ep_comm_overlap: the rows run ``ep_comm_overlap`` (for some searched dtype): rows with
+            ep > 1 that Megatron-Core's combined 1F1B refuses (``simulator.ep_overlap_rules``) are
+            not searched, as ``check_config`` refuses them.
         ep_carved_from_dp: the stack cuts the EP groups out of the data-parallel ranks
             (Megatron-Core <= 0.9, ``ParallelConfig.ep_carved_from_dp``): an ep not dividing dp
             is not searched, as ``check_config`` refuses it.
@@ -188,6 +196,7 @@ class SearchConstraints:
     recompute_num_layers: int = 0
     expert_tp_choices: tuple[str, ...] = ("one",)
     ep_carved_from_dp: bool = False
+    ep_comm_overlap: bool = False
 
 
 @dataclass(frozen=True)
@@ -534,6 +543,11 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
                                    moe_tp_without_sp=(model.moe is not None) & (sp == 0)[None, :] & (t > 1),
                                    zero_stage=zero[None, :], zero_bubble=zero_bubble[None, :],
                                    selective=(rc == RECOMPUTE_CODES[Recompute.SELECTIVE])[None, :]))),
+        # the planner's selective rows recompute the stack's selective modules, never ``moe``
+        ("ep_overlap", grid((not c.ep_comm_overlap) | ep_overlap_runnable(
+            ep=cols["ep"][:, None], pp=cols["pp"][:, None], vpp=cols["vpp"][:, None], own_schedule=zero_bubble[None, :],
+            full_recompute=(rc == RECOMPUTE_CODES[Recompute.FULL])[None, :], moe_recompute=False,
+            full_precision=any(d in FULL_PRECISION_DTYPES for d in c.dtypes), mtp_layers=model.mtp_layers))),
     ], shape, n_dt)
     pruned = {k: pruned.get(k, 0) for k in RULES if k != "memory"}
     combos = {"schedule": sched, "sequence_parallel": sp, "zero_stage": zero, "recompute": rc}
