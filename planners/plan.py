@@ -576,7 +576,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         # an ep a carved-EP release (Megatron-Core <= 0.9) cannot cut out of dp is not searched
         ep_carved_from_dp=any(d["ep_carved_from_dp"] for d in defaults),
         # a row Megatron-Core's combined 1F1B refuses is not searched with the switch on (check_config agrees)
-        ep_comm_overlap=model.moe is not None and any(d["ep_comm_overlap"] for d in defaults))
+        ep_comm_overlap=model.moe is not None and all(d["ep_comm_overlap"] for d in defaults))
 
     # the space is built and scored chunk by chunk; only the rows a result can show are kept
     base = enumerate_base(model, constraints, space_chunk_rows)

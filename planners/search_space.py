@@ -79,7 +79,8 @@ RULES = {
     "ep_overlap": "with ep_comm_overlap on, ep > 1 and a 1F1B, interleaved or GPipe schedule, a combination "
                   "Megatron-Core's combined 1F1B refuses: pp > 1 "
                   "without vpp >= 2, a full recomputation, an fp32 / tf32 search, or more than one MTP layer "
-                  "(simulator.ep_overlap_rules; `simulate` refuses it)",
+                  "(simulator.ep_overlap_rules; `simulate` refuses it), in every searched dtype (a row only "
+                  "some dtypes refuse is counted under memory for those)",
     "memory": "does not fit in HBM minus the headroom (evaluated)",
 }
 
@@ -171,9 +172,11 @@ class SearchConstraints:
             (``simulator.stack_defaults.searched_expert_tp``: the default, plus ``one`` where the
             release folds EP and lets the user set etp); a choice giving the same etp as an
             earlier one at a row's tp (tp 1) is not searched twice. A dense model runs etp 1.
-        ep_comm_overlap: the rows run ``ep_comm_overlap`` (for some searched dtype): rows with
-            ep > 1 that Megatron-Core's combined 1F1B refuses (``simulator.ep_overlap_rules``) are
-            not searched, as ``check_config`` refuses them.
+        ep_comm_overlap: the rows run ``ep_comm_overlap`` in every searched dtype: rows with
+            ep > 1 that Megatron-Core's combined 1F1B refuses (``simulator.ep_overlap_rules``) in
+            every searched dtype are not searched, as ``check_config`` refuses them; a row only
+            some dtypes refuse is dropped for those dtypes with the rows that do not fit
+            (``planners.vectorized``, ``ep_overlap_rules.batch_runnable``).
         ep_carved_from_dp: the stack cuts the EP groups out of the data-parallel ranks
             (Megatron-Core <= 0.9, ``ParallelConfig.ep_carved_from_dp``): an ep not dividing dp
             is not searched, as ``check_config`` refuses it.
@@ -547,7 +550,7 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("ep_overlap", grid((not c.ep_comm_overlap) | ep_overlap_runnable(
             ep=cols["ep"][:, None], pp=cols["pp"][:, None], vpp=cols["vpp"][:, None], own_schedule=zero_bubble[None, :],
             full_recompute=(rc == RECOMPUTE_CODES[Recompute.FULL])[None, :], moe_recompute=False,
-            full_precision=any(d in FULL_PRECISION_DTYPES for d in c.dtypes), mtp_layers=model.mtp_layers))),
+            full_precision=all(d in FULL_PRECISION_DTYPES for d in c.dtypes), mtp_layers=model.mtp_layers))),
     ], shape, n_dt)
     pruned = {k: pruned.get(k, 0) for k in RULES if k != "memory"}
     combos = {"schedule": sched, "sequence_parallel": sp, "zero_stage": zero, "recompute": rc}

@@ -33,6 +33,7 @@ from planners.refine import TOP_EXACT
 from planners.search_space import SearchSpace
 from planners.time_pruning import excluded, held_by_row, kept_summary, next_to_time, order_of_subset, skippable
 from simulator.config_batch import ConfigBatch
+from simulator.ep_overlap_rules import batch_runnable
 from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
 from simulator.memory_rows import static_lower_bound_bytes
@@ -181,11 +182,15 @@ def _memory_of(job: _Job, dtype_index: int, batch: ConfigBatch, ids: np.ndarray,
     """``_memory_chunk`` of the rows ``ids`` of the space (``batch``: those rows, one dtype);
     ``start``, ``stop``: the task's row range, for progress."""
     limit = job.memory_limit_bytes if job.memory_search else None
-    maybe = np.arange(len(batch))
+    # a row this dtype's stack runs with ep_comm_overlap in a combination Megatron-Core refuses
+    # (the search's own rule drops only rows every dtype breaks) does not fit, as ``simulate``
+    # refuses it; counted with the rows the memory drops
+    runnable = batch_runnable(batch, job.dtypes[dtype_index], job.model.mtp_layers)
+    maybe = np.flatnonzero(runnable)
     lower = None
     if job.prune_by_bound:
         lower = np.asarray(static_lower_bound_bytes(job.model, job.cluster, job.eff, batch))
-        maybe = np.flatnonzero(lower <= job.memory_limit_bytes)
+        maybe = np.flatnonzero(runnable & (lower <= job.memory_limit_bytes))
     screening = (screen is not None or job.screening) and lower is not None and len(maybe)
     if len(maybe) < len(batch) and not screening:
         batch = batch.take(maybe)

@@ -105,3 +105,20 @@ def check_plan_fields(*, ep_comm_overlap: bool, ep: int, pp: int, vpp: int, sche
                     "moe_recompute": "recompute_modules " + ",".join(modules),
                     "dtype": f"dtype {dtype}", "mtp": f"{mtp_layers} MTP layers"}[name]
             raise InputError("ep_comm_overlap", f"{said} with ep={ep}: {what}", f"{fix}, or --no-ep-comm-overlap")
+
+
+def batch_runnable(batch, dtype: str, mtp_layers: int) -> np.ndarray:
+    """Per row of ``batch`` (a ``ConfigBatch`` of one dtype), whether it breaks no rule with its
+    own ``ep_comm_overlap`` (a row with the switch off always runs): the planner's per-dtype
+    check, where dtypes of one search differ in the switch (a stack's recipes set it per dtype)
+    or in precision, so the search's own rule (``planners.search_space``, over all dtypes)
+    cannot drop the row."""
+    from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES
+    from simulator.parallel_config import Recompute, Schedule
+    own = np.isin(np.asarray(batch.schedule), [SCHEDULE_CODES[Schedule(s)] for s in ZERO_BUBBLE_SCHEDULES])
+    ok = ep_overlap_runnable(ep=np.asarray(batch.ep), pp=np.asarray(batch.pp), vpp=np.asarray(batch.vpp),
+                             own_schedule=own,
+                             full_recompute=np.asarray(batch.recompute) == RECOMPUTE_CODES[Recompute.FULL],
+                             moe_recompute=False, full_precision=dtype in FULL_PRECISION_DTYPES,
+                             mtp_layers=mtp_layers)
+    return ~np.asarray(batch.ep_comm_overlap, dtype=bool) | ok

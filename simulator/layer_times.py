@@ -37,7 +37,7 @@ under sequence parallelism (then what exceeds the GEMMs of the linear they pipel
 ``ep_comm_overlap`` (then, as Megatron-Core's combined 1F1B pairs one micro-batch's forward
 with another's backward, the forward's all-to-alls beyond the backward's compute and the
 backward's beyond the forward's; a pass with no partner exposes all of its own,
-``ep_unpaired_extra``; their volume per the stack's dispatcher, ``ep_dispatch_dedup``),
+``ep_unpaired_f`` / ``ep_unpaired_b``; their volume per the stack's dispatcher, ``ep_dispatch_dedup``),
 context-parallel rings under the
 attention core; the backward TP collectives under their own linear's gradient GEMMs with
 ``tp_backward_overlap``, except, under sequence parallelism, the all-gather of each
@@ -401,7 +401,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             # of one micro-batch beside the backward of another, the forward's all-to-alls under the
             # backward's compute and the backward's under the forward's (core_v0.14+
             # pipeline_parallel/combined_1f1b.py); a pass with no partner exposes all of its own
-            # (``ep_unpaired_extra``, counted per step by ``step_model.ep_unpaired_s``)
+            # (``ep_unpaired_f`` / ``_b``, counted per step by ``step_model.ep_unpaired_s``)
             epf = np.where(ep_overlap, np.maximum(a2a["fwd_s"] - bwd - wgrad, 0.0), a2a["fwd_s"])
             epb = np.where(ep_overlap, np.maximum(a2a["bwd_s"] - fwd, 0.0), a2a["bwd_s"])
             epb_split = epb + 0.0
@@ -427,7 +427,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         # least its kernels' issue time either way)
         f_rest = fwd + tpf + cpc["fwd_exposed_s"]
         b_rest = bwd + wgrad + tpb + cpc["bwd_exposed_s"]
-        ep_unpaired = (ep_full_f - epf) + (ep_full_b - epb)
+        ep_unpaired_f, ep_unpaired_b = ep_full_f - epf, ep_full_b - epb
         flops = attn_k["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn_k["core_flops_fwd"]
         # the backward split as zero-bubble schedules run it: B (data gradients, with the
         # collectives exposed beyond its own GEMMs) and W (weight gradients) as separate passes
@@ -451,8 +451,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                                 + np.where(tp > 1, mlp_block_tp(kind), 0.0), 0.0)
                      + alt_kernels * bit("every_second_linear") + np.where(fc1, fc1_kernels, 0.0))
             # the host-bound share shows as compute: what the floor adds above the GPU's passes
-            ep_unpaired = (np.maximum(n_fwd * host_s, f_rest + ep_full_f) - np.maximum(n_fwd * host_s, f_rest + epf)
-                           + np.maximum(n_bwd * host_s, b_rest + ep_full_b) - np.maximum(n_bwd * host_s, b_rest + epb))
+            ep_unpaired_f = np.maximum(n_fwd * host_s, f_rest + ep_full_f) - np.maximum(n_fwd * host_s, f_rest + epf)
+            ep_unpaired_b = np.maximum(n_bwd * host_s, b_rest + ep_full_b) - np.maximum(n_bwd * host_s, b_rest + epb)
             host_f = np.maximum(n_fwd * host_s - (fwd + tpf + cpc["fwd_exposed_s"] + epf), 0.0)
             host_b = np.maximum(n_bwd * host_s - (bwd + wgrad + tpb + cpc["bwd_exposed_s"] + epb), 0.0)
             host_r = np.maximum(n_fwd * host_s - (rec_full + tpr_full + epr_full), 0.0)
@@ -495,7 +495,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             f"ep_base_split_{kind}": epf + epb_split + 0.0 * tokens,
             f"ep_recompute_{kind}": epr_full + 0.0 * tokens, f"ep_total_{kind}": ep_total,
             # what a forward and a backward with no partner micro-batch expose beyond a pair's
-            f"ep_unpaired_extra_{kind}": ep_unpaired + 0.0 * tokens,
+            f"ep_unpaired_f_{kind}": ep_unpaired_f + 0.0 * tokens, f"ep_unpaired_b_{kind}": ep_unpaired_b + 0.0 * tokens,
             # the whole dispatch + combine of each pass, hidden or not (what it keeps the links busy)
             f"ep_fwd_traffic_{kind}": ep_fwd_traffic + 0.0 * tokens, f"ep_bwd_traffic_{kind}": ep_bwd_traffic + 0.0 * tokens,
             f"tp_total_{kind}": tp_fwd + tp_bwd + tp_rec, f"tp_total_base_{kind}": tp_fwd + tp_bwd,

@@ -415,21 +415,29 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         else:
             ag = rs_grad = ar_grad = 0.0
         elements = layer_p + expert_p
-        # the windows are the passes' whole durations on the compute stream (compute, the host's
-        # floor and the exposed TP / CP / EP collectives, ``layer_times``): a prefetched gather or
-        # a gradient reduction on its own stream runs under all of it, so faster GEMMs never make
-        # a step slower by exposing both the TP collectives and the ZeRO traffic
-        fwd_window = prefetch_layers(batch.param_prefetch_forward, elements) * f
-        bwd_window = prefetch_layers(batch.param_prefetch_backward, elements) * (b + w)
-        # ZeRO-3: the next layer's gather runs under this layer's pass (as far as the stack
-        # prefetches); in backward the gathers and the gradient reduce-scatter share the window
-        z3f = np.where(fwd_gathers, _overlapped(ag, fwd_window, 0.0, batch.overlap_param_gather), 0.0)
-        grad_mb = grad_collective_s(zero, batch.zero1_grad_all_reduce, rs_grad, ar_grad)
-        z3_grad = np.where(batch.zero3_grad_all_reduce, ar_grad, rs_grad)
-        bwd_comm = np.where(z3_per_mb, ag * (1.0 + regather) + z3_grad, np.where(per_mb_grads, grad_mb, 0.0))
-        grad_window = b + w
-        z3b = np.where(z3_per_mb, _overlapped(bwd_comm, bwd_window, 0.0, batch.overlap_param_gather),
-                       np.where(per_mb_grads, _overlapped(bwd_comm, grad_window, 0.0, batch.overlap_grad_reduce), 0.0))
+
+        def zero_exposed(f, b):
+            """(z3f, z3b, bwd_comm): the ZeRO traffic the forward / backward passes of ``f`` / ``b``
+            seconds (``w`` after them) leave exposed, and the backward's traffic itself."""
+            # the windows are the passes' whole durations on the compute stream (compute, the host's
+            # floor and the exposed TP / CP / EP collectives, ``layer_times``): a prefetched gather or
+            # a gradient reduction on its own stream runs under all of it, so faster GEMMs never make
+            # a step slower by exposing both the TP collectives and the ZeRO traffic
+            fwd_window = prefetch_layers(batch.param_prefetch_forward, elements) * f
+            bwd_window = prefetch_layers(batch.param_prefetch_backward, elements) * (b + w)
+            # ZeRO-3: the next layer's gather runs under this layer's pass (as far as the stack
+            # prefetches); in backward the gathers and the gradient reduce-scatter share the window
+            z3f = np.where(fwd_gathers, _overlapped(ag, fwd_window, 0.0, batch.overlap_param_gather), 0.0)
+            grad_mb = grad_collective_s(zero, batch.zero1_grad_all_reduce, rs_grad, ar_grad)
+            z3_grad = np.where(batch.zero3_grad_all_reduce, ar_grad, rs_grad)
+            bwd_comm = np.where(z3_per_mb, ag * (1.0 + regather) + z3_grad, np.where(per_mb_grads, grad_mb, 0.0))
+            grad_window = b + w
+            z3b = np.where(z3_per_mb, _overlapped(bwd_comm, bwd_window, 0.0, batch.overlap_param_gather),
+                           np.where(per_mb_grads, _overlapped(bwd_comm, grad_window, 0.0, batch.overlap_grad_reduce),
+                                    0.0))
+            return z3f, z3b, bwd_comm
+
+        z3f, z3b, bwd_comm = zero_exposed(f, b)
         # a B pass run apart from its W (zero-bubble schedules) is the only window it has
         b_split = lay[f"b_split_{kind}"]
         z3b_split = np.where(
@@ -458,12 +466,31 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         kept = sp_[f"act_kept_{kind}"]
         nic_f = np.where(zero_crosses & fwd_gathers, ag, 0.0) + np.where(ep_crosses, lay[f"ep_fwd_traffic_{kind}"], 0.0)
         nic_b = np.where(zero_crosses, bwd_comm, 0.0) + np.where(ep_crosses, lay[f"ep_bwd_traffic_{kind}"], 0.0)
-        win_f = np.where(pcie_host, np.maximum(f + z3f - nic_f, 0.0), f + z3f)
-        win_b = np.where(pcie_host, np.maximum(b + z3b + w - nic_b, 0.0), b + z3b + w)
+
+        def offload_exposed(f, z3f, b, z3b):
+            """(forward, backward) exposed host transfer of an offloaded layer whose passes last
+            ``f + z3f`` and ``b + z3b + w``."""
+            win_f = np.where(pcie_host, np.maximum(f + z3f - nic_f, 0.0), f + z3f)
+            win_b = np.where(pcie_host, np.maximum(b + z3b + w - nic_b, 0.0), b + z3b + w)
+            return offload.exposed_transfer_s(kept, link_bw, win_f), offload.exposed_transfer_s(kept, link_bw, win_b)
+
+        layer_off_f, layer_off_b = offload_exposed(f, z3f, b, z3b)
+        off_f.append(layer_off_f)
+        off_b.append(layer_off_b)
         win_bs = np.where(pcie_host, np.maximum(b_split + z3b_split - nic_b, 0.0), b_split + z3b_split)
-        off_f.append(offload.exposed_transfer_s(kept, link_bw, win_f))
-        off_b.append(offload.exposed_transfer_s(kept, link_bw, win_b))
         off_b_split.append(offload.exposed_transfer_s(kept, link_bw, win_bs))
+        if kind == "moe":
+            # a forward and a backward with no partner micro-batch under ep_comm_overlap
+            # (``ep_unpaired_s``): their whole all-to-alls, and the ZeRO traffic and offload copy
+            # their longer passes then hide, against a paired pass's (an offloaded layer's share:
+            # the chunk's offloaded layers over its layers)
+            f_u, b_u = f + lay["ep_unpaired_f_moe"], b + lay["ep_unpaired_b_moe"]
+            z3f_u, z3b_u, _ = zero_exposed(f_u, b_u)
+            off_f_u, off_b_u = offload_exposed(f_u, z3f_u, b_u, z3b_u)
+            chunk_layers = float(model.num_layers + model.mtp_layers) / (pp * _overlap_chunks(batch))
+            off_share = np.minimum(np.asarray(batch.offload_activation_layers, dtype=float) / chunk_layers, 1.0)
+            ep_unpaired_layer = {"ep": (f_u - f) + (b_u - b), "z3": (z3f_u - z3f) + (z3b_u - z3b),
+                                 "offload": off_share * ((off_f_u - layer_off_f) + (off_b_u - layer_off_b))}
         per_layer_f.append(f + z3f)
         per_layer_b.append(b + z3b)
         per_layer_b_split.append(b_split + z3b_split)
@@ -498,7 +525,8 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     per_layer = PerLayer(f=tuple(per_layer_f), b=tuple(per_layer_b), w=tuple(per_layer_w), r=tuple(per_layer_r),
                          parts={k: tuple(v) for k, v in parts.items()}, r_full=tuple(r_full), r_sel=tuple(r_sel),
                          off_f=tuple(off_f), off_b=tuple(off_b), b_split=tuple(per_layer_b_split),
-                         w_split=tuple(per_layer_w_split), off_b_split=tuple(off_b_split))
+                         w_split=tuple(per_layer_w_split), off_b_split=tuple(off_b_split),
+                         ep_unpaired=ep_unpaired_layer)
 
     # one send per pass and position boundary (``pipeline_send_s``); a blocking exchange
     # (DeepSpeed's pipeline engine) also waits for the other direction's transfer at that
@@ -672,8 +700,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     # first forward, so the first micro-batch reaches the end that much later (pipeline fill)
     n_moe_total, n_dense_total = _layers_on_path(model)
     weight_cast_fill = _weight_cast_fill_s(model, batch, lay)
-    ep_unpaired = ep_unpaired_s(model, batch, lay, m)
-    pipeline = pipe["makespan_s"] + weight_cast_fill + ep_unpaired
+    # the passes with no partner micro-batch under ep_comm_overlap, by the part their time lands in
+    unpaired = {k: ep_unpaired_s(model, batch, v, m) for k, v in per_layer.ep_unpaired.items()}
+    pipeline = pipe["makespan_s"] + weight_cast_fill + unpaired["ep"] + unpaired["z3"] + unpaired["offload"]
 
     # ---- data-parallel gradient reduction and parameter gather after the flush -------------
     grad_comm, gather_comm, bucket_share, tied_comm = _dp_after_flush(model, cluster, eff, batch, sp_, param_bytes)
@@ -701,10 +730,10 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     recompute_part = m * share * pipe["part_recompute_s"]
     tp_part = m * share * pipe["part_tp_s"]
     cp_part = m * share * pipe["part_cp_s"]
-    ep_part = m * share * pipe["part_ep_s"] + ep_unpaired
-    z3_part = m * share * pipe["part_z3_s"]
+    ep_part = m * share * pipe["part_ep_s"] + unpaired["ep"]
+    z3_part = m * share * pipe["part_z3_s"] + unpaired["z3"]
     pp_comm_part = m * share * pipe["ends_p2p_s"]
-    offload_pipe = m * share * pipe["part_offload_s"]
+    offload_pipe = m * share * pipe["part_offload_s"] + unpaired["offload"]
     offload_part = offload_pipe + host_step
     # (the makespan is at least m times the busiest stage's work: only rounding can go below,
     # or above by ~1e-16 s with one stage, which is no bubble either: pipeline_bubble_s printed
@@ -797,6 +826,13 @@ def _layers_on_path(model: ModelSpec) -> tuple[float, float]:
     return n_moe_total, float(model.num_layers + model.mtp_layers) - n_moe_total
 
 
+def _overlap_chunks(batch: ConfigBatch):
+    """Model chunks per stage as Megatron-Core's combined 1F1B counts them: vpp on the
+    interleaved schedule, else 1."""
+    interleaved = np.asarray(batch.schedule) == SCHEDULE_CODES[Schedule.INTERLEAVED]
+    return np.where(interleaved, np.asarray(batch.vpp, dtype=float), 1.0)
+
+
 def ep_unpaired_passes(batch: ConfigBatch, m):
     """Forward (and as many backward) chunk passes of pipeline stage 0 that run with no partner
     micro-batch under ``ep_comm_overlap``, per row.
@@ -815,29 +851,28 @@ def ep_unpaired_passes(batch: ConfigBatch, m):
     p = np.asarray(batch.pp, dtype=float)
     sched = np.asarray(batch.schedule)
     interleaved = sched == SCHEDULE_CODES[Schedule.INTERLEAVED]
-    v = np.where(interleaved, np.asarray(batch.vpp, dtype=float), 1.0)
+    v = _overlap_chunks(batch)
     total = np.asarray(m, dtype=float) * v
     warm = np.minimum(total, 2.0 * (p - 1.0) + (v - 1.0) * p + 1.0)
     one_f_one_b = interleaved | (sched == SCHEDULE_CODES[Schedule.ONE_F_ONE_B])
     return np.where(sched == _GPIPE, total, np.where(one_f_one_b, warm, 0.0))
 
 
-def ep_unpaired_s(model: ModelSpec, batch: ConfigBatch, lay: dict, m):
+def ep_unpaired_s(model: ModelSpec, batch: ConfigBatch, unpaired_layer_s, m):
     """Seconds the passes without a partner (``ep_unpaired_passes``) add to the step under
     ``ep_comm_overlap``: each such forward and backward exposes its MoE layers' whole all-to-alls
-    instead of what a pair leaves (``layer_times``' ``ep_unpaired_extra_moe``), over the MoE
-    layers of one model chunk (the stage's average: all MoE layers / (pp x chunks)); 0 without
-    the overlap or expert parallelism. A first-order account: the passes are stage 0's, on the
-    critical path at the pipeline's fill and drain."""
+    instead of what a pair leaves (``layer_times``' ``ep_unpaired_f_moe`` / ``_b_moe``), with the
+    ZeRO traffic and offload copies their longer passes hide (``unpaired_layer_s``: one part of
+    one MoE layer's forward and backward, ``PerLayer.ep_unpaired``), over the MoE layers of one model
+    chunk (the stage's average: all MoE layers / (pp x chunks)); 0 without the overlap or expert
+    parallelism. A first-order account: the passes are stage 0's, on the critical path at the
+    pipeline's fill and drain."""
     n_moe_total, _ = _layers_on_path(model)
     if n_moe_total == 0:
         return 0.0 * np.asarray(m, dtype=float)
-    p = np.asarray(batch.pp, dtype=float)
-    sched = np.asarray(batch.schedule)
-    v = np.where(sched == SCHEDULE_CODES[Schedule.INTERLEAVED], np.asarray(batch.vpp, dtype=float), 1.0)
-    per_chunk = n_moe_total / (p * v)
+    per_chunk = n_moe_total / (np.asarray(batch.pp, dtype=float) * _overlap_chunks(batch))
     on = np.asarray(batch.ep_comm_overlap, dtype=bool) & (np.asarray(batch.ep) > 1)
-    return np.where(on, ep_unpaired_passes(batch, m) * per_chunk * lay["ep_unpaired_extra_moe"], 0.0)
+    return np.where(on, ep_unpaired_passes(batch, m) * per_chunk * unpaired_layer_s, 0.0)
 
 
 def _weight_cast_fill_s(model: ModelSpec, batch: ConfigBatch, lay: dict):

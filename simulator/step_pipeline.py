@@ -62,7 +62,10 @@ class PerLayer:
     ``<name>_split`` of the ``SPLIT_PARTS`` for the passes ``b_split``, ``w_split``);
     ``b_split``, ``w_split``, ``off_b_split``: ``b``, ``w`` and ``off_b`` of a backward whose W
     runs apart from its B (``layer_times``: the B pass is the only window of its exposed
-    traffic), the durations of the zero-bubble schedules' B and W ops (None: as ``b``, ``w``)."""
+    traffic), the durations of the zero-bubble schedules' B and W ops (None: as ``b``, ``w``);
+    ``ep_unpaired``: part (``ep``, ``z3``, ``offload``) -> what one MoE layer's forward and
+    backward with no partner micro-batch last beyond a paired pair under ``ep_comm_overlap``
+    (``step_model.ep_unpaired_s``; 0 without)."""
 
     f: tuple
     b: tuple
@@ -76,6 +79,7 @@ class PerLayer:
     b_split: tuple = None
     w_split: tuple = None
     off_b_split: tuple = None
+    ep_unpaired: dict = None
 
 
 @dataclass(frozen=True)

@@ -78,3 +78,64 @@ def test_an_interleaved_pipeline_exposes_stage_zeros_warm_up_and_cool_down():
     off2, _, m2 = _ep_exposed(False, 16, **layout)
     on2, _, _ = _ep_exposed(True, 16, **layout)
     assert m2 == 2 and on2 == pytest.approx(off2, rel=1e-9)
+
+
+@pytest.mark.parametrize("extra", [dict(offload_activation_layers=40), dict(zero_stage=3)])
+def test_one_micro_batch_pairs_nothing_with_offload_or_zero3_either(extra):
+    # m = 64 / (8 x 8) = 1: the switch must change nothing, also where the passes hide an offload
+    # copy or ZeRO-3 traffic (the lone passes' longer windows hide more of it: each part as off)
+    fields = dict(gpus=8, ep=8, micro_batch=8, global_batch=64, **extra)
+    reports = [api.simulate_report("qwen3-30b-a3b", "dgx-h100", ep_comm_overlap=on, **fields)[0] for on in (False, True)]
+    off, on = reports
+    assert on.num_microbatches == 1
+    assert on.step_time_s == pytest.approx(off.step_time_s, rel=1e-12)
+    for part in ("ep_comm_exposed_s", "offload_exposed_s", "zero3_comm_exposed_s"):
+        assert on.time_breakdown_s[part] == pytest.approx(off.time_breakdown_s[part], rel=1e-9, abs=1e-12)
+
+
+def test_a_pairs_exposure_is_what_the_other_passes_compute_leaves():
+    # Qwen3-30B-A3B on 16 H100, ep 16 over two nodes, CUDA graphs (no host floor): one MoE layer's
+    # dispatch + combine a (the same bytes each way: the backward's a2a mirrors the forward's)
+    # exceeds the forward's compute f but not the backward's b + w, so a pair exposes
+    # max(a - (b + w), 0) + max(a - f, 0) = a - f
+    import numpy as np
+    from cost_models.compute import compute_rates
+    from hardware_specs.catalog import efficiency_for_cluster, load_cluster
+    from model_specs.catalog import load_model
+    from simulator.step_model import _layer_times
+    model, cluster = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100")
+    eff = efficiency_for_cluster(cluster)
+    config = ParallelConfig(dp=16, tp=1, pp=1, ep=16, micro_batch=1, global_batch=64, ep_comm_overlap=True,
+                            cuda_graphs=True)
+    batch = ConfigBatch.from_configs([config])
+    lay = _layer_times(model, cluster, eff, compute_rates(cluster.gpu, eff, batch.dtype), batch,
+                       np.array([float(model.seq_len)]))
+    a_f, a_b = float(lay["ep_fwd_traffic_moe"][0]), float(lay["ep_bwd_traffic_moe"][0])
+    f, b, w = float(lay["compute_fwd_moe"][0]), float(lay["compute_bwd_moe"][0]), float(lay["w_moe"][0])
+    assert a_f == a_b and f < a_f < b + w
+    assert float(lay["ep_base_moe"][0]) == pytest.approx(a_b - f, rel=1e-12)
+    # a forward and a backward with no partner expose both whole: 2a less the pair's a - f
+    assert float(lay["ep_unpaired_f_moe"][0]) + float(lay["ep_unpaired_b_moe"][0]) == pytest.approx(
+        a_f + a_b - (a_b - f), rel=1e-12)
+
+
+def test_a_mixed_dtype_search_keeps_the_expert_parallel_rows_the_other_dtype_runs():
+    # bf16 alone and bf16 beside fp32 (whose model the combined 1F1B refuses): the bf16 rows with
+    # ep > 1 stay, so the best plan is the same; no fp32 row runs the switch with ep > 1
+    import json
+    from click.testing import CliRunner
+    from paraplan.cli import main
+
+    def plans(*dtypes):
+        args = ["plan", "-m", "qwen3-30b-a3b", "-c", "dgx-h100", "-n", "16", "--global-batch", "64",
+                "--ep-comm-overlap", "--top", "200", "--json"]
+        for d in dtypes:
+            args += ["--dtype", d]
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 0, res.output
+        return json.loads(res.stdout)["plans"]
+
+    one, two = plans("bf16"), plans("bf16", "fp32")
+    assert one[0]["ep"] > 1
+    assert two[0]["step_time_s"] == pytest.approx(one[0]["step_time_s"], rel=1e-12)
+    assert not [r for r in two if r["dtype"] == "fp32" and r["ep"] > 1]
