@@ -15,6 +15,11 @@ parallelism (ep > 1, where the switch acts and the export writes it):
 - a bf16 or fp16 model (fp8 and mxfp8 run on a bf16 model; fp32 and tf32 do not);
 - ``mtp_num_layers`` None, 0 or 1.
 
+Every rule is applied to every release, though two are release-specific: the ``moe`` recompute
+module's assert exists from core_v0.17.0, and core_v0.16.0 / core_v0.17.0 also refuse one MTP
+layer at pp 1 (``mtp_num_layers == 1`` needs pp > 1 there), which these rules let through (the
+stack files do not record which Megatron-Core a Bridge release runs).
+
 The zero-bubble schedules and DualPipe (``stack_support.ZERO_BUBBLE_SCHEDULES``) order their own
 passes, and DualPipe overlaps a forward chunk's all-to-alls with a backward chunk's itself
 (DeepSeek-V3 report, section 3.2.1); the step model prices the switch there as their overlap, not

@@ -845,8 +845,9 @@ def ep_unpaired_passes(batch: ConfigBatch, m):
     backwards in the cool-down, on stage 0 (p - 1) x 2 + (v - 1) x p of them plus the one extra
     micro-batch the overlap schedules before the 1F1B phase (``schedules.py``
     ``get_pp_rank_microbatches``, its group of micro-batches per virtual stage the default p),
-    at most all m x v. Megatron-Core requires vpp with a pipeline here; a plain 1F1B pipeline is
-    counted by the same rule at v = 1. GPipe pairs nothing (every pass alone); the zero-bubble
+    at most all m x v. Megatron-Core requires vpp with a pipeline here, so ``simulate`` refuses a
+    plain 1F1B pipeline with the switch (``ep_overlap_rules``); the rule's v = 1 count is then
+    never priced. GPipe pairs nothing (every pass alone); the zero-bubble
     and DualPipe schedules order their own passes and are not counted here (0)."""
     p = np.asarray(batch.pp, dtype=float)
     sched = np.asarray(batch.schedule)
