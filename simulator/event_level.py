@@ -27,7 +27,10 @@ from simulator.parallel_config import ParallelConfig
 
 def pipeline_timeline(model: ModelSpec, config: ParallelConfig, cluster: ClusterSpec, efficiency=None):
     """Generate and simulate the configuration's schedule: returns (schedule, ScheduleResult),
-    the weight casts as the result's prologue (None in 16/32-bit)."""
+    the weight casts as the result's prologue (None in 16/32-bit). Every pass is drawn at its
+    paired duration: under ``ep_comm_overlap`` the step time also holds what the warm-up and
+    cool-down passes with no partner micro-batch expose (``step_model.ep_unpaired_s``, in the
+    report's ``ep_comm_exposed_s``), which this timeline does not place."""
     from simulator.pipeline import make_schedule, simulate_schedule
     from simulator.pipeline.event_sim import with_prologue
     from simulator.pipeline.makespan import flush_makespan_s
