@@ -139,3 +139,17 @@ def test_a_mixed_dtype_search_keeps_the_expert_parallel_rows_the_other_dtype_run
     assert one[0]["ep"] > 1
     assert two[0]["step_time_s"] == pytest.approx(one[0]["step_time_s"], rel=1e-12)
     assert not [r for r in two if r["dtype"] == "fp32" and r["ep"] > 1]
+
+
+def test_simulates_table_says_what_the_expert_part_holds_under_the_overlap():
+    from click.testing import CliRunner
+    from paraplan.cli import main
+    base = ["simulate", "-m", "mixtral-8x7b", "-c", "dgx-h100", "-n", "64", "--tp", "2", "--ep", "8",
+            "--global-batch", "256"]
+    lines = {}
+    for switch in ("--ep-comm-overlap", "--no-ep-comm-overlap"):
+        res = CliRunner().invoke(main, [*base, switch])
+        assert res.exit_code == 0, res.output
+        lines[switch] = next(ln for ln in res.output.splitlines() if ln.strip().startswith("ep_comm_exposed_s"))
+    assert lines["--ep-comm-overlap"].endswith("all-to-all the fwd/bwd pairs leave + the unpaired passes' (overlap on)")
+    assert lines["--no-ep-comm-overlap"].endswith("expert-parallel dispatch/combine all-to-all not hidden")

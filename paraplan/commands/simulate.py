@@ -61,14 +61,24 @@ DUALPIPE_NO_DP_MEANING = {
     "dp_comm_exposed_s": "DualPipe's copy-pair gradient exchange (tied embedding's too) not hidden",
 }
 
+#: ``ep_comm_exposed_s`` under ``ep_comm_overlap`` with expert parallelism, priced as Megatron-Core's
+#: combined 1F1B (``step_model.ep_unpaired_s``)
+EP_OVERLAP_MEANING = {
+    "ep_comm_exposed_s": "all-to-all the fwd/bwd pairs leave + the unpaired passes' (overlap on)",
+}
+
 
 def time_meaning(report: StepReport) -> dict:
     """``TIME_MEANING`` as it applies to ``report``'s configuration (DualPipe's pair exchange is
-    in ``dp_comm_exposed_s``)."""
+    in ``dp_comm_exposed_s``; under ``ep_comm_overlap`` the expert all-to-alls the pairs of passes
+    leave and those of the passes with no partner are in ``ep_comm_exposed_s``)."""
     c = report.config
-    if c.get("schedule") != "dualpipe" or c.get("pp", 1) < 2:
-        return TIME_MEANING
-    return {**TIME_MEANING, **(DUALPIPE_DP_MEANING if c["dp"] * c["cp"] > 1 else DUALPIPE_NO_DP_MEANING)}
+    out = dict(TIME_MEANING)
+    if c.get("ep_comm_overlap") and c.get("ep", 1) > 1:
+        out.update(EP_OVERLAP_MEANING)
+    if c.get("schedule") == "dualpipe" and c.get("pp", 1) >= 2:
+        out.update(DUALPIPE_DP_MEANING if c["dp"] * c["cp"] > 1 else DUALPIPE_NO_DP_MEANING)
+    return out
 
 
 #: fp32 / tf32 training keeps 4-byte weights and gradients and no master copy
