@@ -21,10 +21,10 @@ layer at pp 1 (``mtp_num_layers == 1`` needs pp > 1 there), which these rules le
 stack files do not record which Megatron-Core a Bridge release runs).
 
 The zero-bubble schedules and DualPipe (``stack_support.ZERO_BUBBLE_SCHEDULES``) order their own
-passes, and DualPipe overlaps a forward chunk's all-to-alls with a backward chunk's itself
-(DeepSeek-V3 report, section 3.2.1); the step model prices the switch there as their overlap, not
-Megatron-Core's (``step_model.ep_unpaired_passes`` counts none of their passes), and Megatron-LM
-runs none of them, so these rules leave them alone. Its other asserts (the alltoall / flex dispatcher, no ``moe_shared_expert_overlap``) hold for
+passes, and Megatron-LM runs none of them, so these rules leave them alone: DualPipe overlaps a
+forward chunk's all-to-alls with a backward chunk's itself (DeepSeek-V3 report, section 3.2.1),
+priced by its own steps, and the zero-bubble schedules pair no forward with a backward, so the
+switch hides nothing there (``step_model.ep_unpaired_passes``). Its other asserts (the alltoall / flex dispatcher, no ``moe_shared_expert_overlap``) hold for
 every plan paraplan writes. ``check_config`` refuses a plan that breaks a rule and the planner
 does not search one (``planners.search_space``, rule ``ep_overlap``): one test, on scalars or
 numpy arrays. The Megatron-LM export checks its written flags against the same asserts in its

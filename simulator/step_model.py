@@ -847,8 +847,12 @@ def ep_unpaired_passes(batch: ConfigBatch, m):
     ``get_pp_rank_microbatches``, its group of micro-batches per virtual stage the default p),
     at most all m x v. Megatron-Core requires vpp with a pipeline here, so ``simulate`` refuses a
     plain 1F1B pipeline with the switch (``ep_overlap_rules``); the rule's v = 1 count is then
-    never priced. GPipe pairs nothing (every pass alone); the zero-bubble
-    and DualPipe schedules order their own passes and are not counted here (0)."""
+    never priced. DualPipe overlaps a forward chunk with a backward chunk only in its main steps
+    (deepseek-ai/DualPipe ``dualpipe.py`` ``step``: steps 4 and 5, ``_forward_backward_chunk``):
+    on rank 0 of p its steps 1-3 run 2 (p/2 - 1) + 2 + (p/2 - 1) = 3p/2 - 1 forwards alone, and
+    steps 3 and 5-7 as many backwards, at most all m (each a chunk of L / p layers). GPipe and the
+    zero-bubble schedules (ZB-H1, ZB-H2, ZB-V) run no forward beside a backward: every pass is
+    alone, so the switch hides nothing there."""
     p = np.asarray(batch.pp, dtype=float)
     sched = np.asarray(batch.schedule)
     interleaved = sched == SCHEDULE_CODES[Schedule.INTERLEAVED]
@@ -856,7 +860,8 @@ def ep_unpaired_passes(batch: ConfigBatch, m):
     total = np.asarray(m, dtype=float) * v
     warm = np.minimum(total, 2.0 * (p - 1.0) + (v - 1.0) * p + 1.0)
     one_f_one_b = interleaved | (sched == SCHEDULE_CODES[Schedule.ONE_F_ONE_B])
-    return np.where(sched == _GPIPE, total, np.where(one_f_one_b, warm, 0.0))
+    dualpipe = np.minimum(total, 1.5 * p - 1.0)
+    return np.where(one_f_one_b, warm, np.where(sched == _DUALPIPE, dualpipe, total))
 
 
 def ep_unpaired_s(model: ModelSpec, batch: ConfigBatch, unpaired_layer_s, m):

@@ -31,8 +31,12 @@ def test_unpaired_chunk_passes_follow_megatrons_warm_up_count():
     assert _passes(8, 1, Schedule.ONE_F_ONE_B, 64) == 15.0
     # GPipe runs every forward before any backward: nothing pairs
     assert _passes(4, 1, Schedule.GPIPE, 16) == 16.0
-    # the zero-bubble schedules and DualPipe order their own passes: not counted
-    assert _passes(4, 1, Schedule.ZB_H1, 16) == 0.0
+    # the zero-bubble schedules run no forward beside a backward: every pass alone
+    assert _passes(4, 1, Schedule.ZB_H1, 16) == 16.0
+    # DualPipe on 8 ranks (deepseek-ai/DualPipe dualpipe.py step, rank 0): steps 1-3 run
+    # (4 - 1) x 2 + 1 x 2 + (4 - 1) = 11 forwards alone (of m = 20, the example's), 3p/2 - 1
+    assert _passes(8, 1, Schedule.DUALPIPE, 20) == 11.0
+    assert _passes(8, 1, Schedule.DUALPIPE, 8) == 8.0        # all of them when m is smaller
 
 
 def _ep_exposed(overlap: bool, global_batch: int, cuda_graphs: bool = True, **layout) -> tuple[float, float, int]:
