@@ -36,6 +36,8 @@ from __future__ import annotations
 import numpy as np
 
 from hardware_specs.errors import InputError
+from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES
+from simulator.parallel_config import Recompute, Schedule
 from simulator.stack_support import ZERO_BUBBLE_SCHEDULES
 
 #: dtypes whose model is not bf16 or fp16 (Megatron-LM ``--bf16`` / ``--fp16`` unset)
@@ -118,12 +120,13 @@ def batch_runnable(batch, dtype: str, mtp_layers: int) -> np.ndarray:
     check, where dtypes of one search differ in the switch (a stack's recipes set it per dtype)
     or in precision, so the search's own rule (``planners.search_space``, over all dtypes)
     cannot drop the row."""
-    from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES
-    from simulator.parallel_config import Recompute, Schedule
+    overlap = np.asarray(batch.ep_comm_overlap, dtype=bool)
+    if not overlap.any():
+        return ~overlap
     own = np.isin(np.asarray(batch.schedule), [SCHEDULE_CODES[Schedule(s)] for s in ZERO_BUBBLE_SCHEDULES])
     ok = ep_overlap_runnable(ep=np.asarray(batch.ep), pp=np.asarray(batch.pp), vpp=np.asarray(batch.vpp),
                              own_schedule=own,
                              full_recompute=np.asarray(batch.recompute) == RECOMPUTE_CODES[Recompute.FULL],
                              moe_recompute=False, full_precision=dtype in FULL_PRECISION_DTYPES,
                              mtp_layers=mtp_layers)
-    return ~np.asarray(batch.ep_comm_overlap, dtype=bool) | ok
+    return ~overlap | ok

@@ -423,10 +423,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             epf = epb = epb_split = epr_full = ep_total = ep_fwd_traffic = ep_bwd_traffic = 0.0 * tokens
             ep_full_f = ep_full_b = 0.0 * tokens
         # a forward and a backward with no partner micro-batch expose their whole all-to-alls: what
-        # each such pass lasts beyond a paired one, the host's issue floor included (a pass is at
-        # least its kernels' issue time either way)
-        f_rest = fwd + tpf + cpc["fwd_exposed_s"]
-        b_rest = bwd + wgrad + tpb + cpc["bwd_exposed_s"]
+        # each such pass lasts beyond a paired one (under the host's issue floor below)
         ep_unpaired_f, ep_unpaired_b = ep_full_f - epf, ep_full_b - epb
         flops = attn_k["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn_k["core_flops_fwd"]
         # the backward split as zero-bubble schedules run it: B (data gradients, with the
@@ -451,6 +448,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                                 + np.where(tp > 1, mlp_block_tp(kind), 0.0), 0.0)
                      + alt_kernels * bit("every_second_linear") + np.where(fc1, fc1_kernels, 0.0))
             # the host-bound share shows as compute: what the floor adds above the GPU's passes
+            # a pass is at least its kernels' issue time, paired or not
+            f_rest = fwd + tpf + cpc["fwd_exposed_s"]
+            b_rest = bwd + wgrad + tpb + cpc["bwd_exposed_s"]
             ep_unpaired_f = np.maximum(n_fwd * host_s, f_rest + ep_full_f) - np.maximum(n_fwd * host_s, f_rest + epf)
             ep_unpaired_b = np.maximum(n_bwd * host_s, b_rest + ep_full_b) - np.maximum(n_bwd * host_s, b_rest + epb)
             host_f = np.maximum(n_fwd * host_s - (fwd + tpf + cpc["fwd_exposed_s"] + epf), 0.0)

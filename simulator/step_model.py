@@ -479,7 +479,9 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         off_b.append(layer_off_b)
         win_bs = np.where(pcie_host, np.maximum(b_split + z3b_split - nic_b, 0.0), b_split + z3b_split)
         off_b_split.append(offload.exposed_transfer_s(kept, link_bw, win_bs))
-        if kind == "moe":
+        if kind == "moe" and not np.any(batch.ep_comm_overlap):
+            ep_unpaired_layer = {part: 0.0 * tp for part in ("ep", "z3", "offload")}
+        elif kind == "moe":
             # a forward and a backward with no partner micro-batch under ep_comm_overlap
             # (``ep_unpaired_s``): their whole all-to-alls, and the ZeRO traffic and offload copy
             # their longer passes then hide, against a paired pass's (an offloaded layer's share:
