@@ -47,7 +47,7 @@ from typing import Any
 
 from hardware_specs.yaml_files import exists, is_file, read_yaml
 from hardware_specs.errors import InputError, check_name, not_a_file, safe_name, suggest
-from model_specs.hf_config import is_hf_config, model_from_hf_config, read_json
+from model_specs.hf_config import is_hf_config, model_from_hf_config, read_json, supported_model_types
 from model_specs.model_spec import LinearAttentionSpec, MambaSpec, MLASpec, ModelSpec, MoESpec
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "presets"
@@ -341,11 +341,25 @@ def model_from_dict(data: dict[str, Any], where: str = "model", default_name: st
     return ModelSpec(**kwargs)
 
 
+#: keys of a Hugging Face config that no paraplan preset has (``transformers``' PretrainedConfig
+#: names: a preset says num_layers, ffn_hidden_size, num_heads, vocab_size, seq_len)
+HF_ONLY_KEYS = frozenset({"num_hidden_layers", "intermediate_size", "num_attention_heads", "max_position_embeddings",
+                          "num_key_value_heads", "moe_intermediate_size", "rms_norm_eps", "torch_dtype"})
+
+
 def _load_file(path: Path) -> ModelSpec:
     if path.suffix == ".json":
         data = read_json(path, "model", non_finite=True)     # NaN / Infinity: see read_json
         if is_hf_config(data):
             return model_from_hf_config(path)
+        hf_keys = sorted(HF_ONLY_KEYS.intersection(data)) if isinstance(data, dict) else []
+        if hf_keys:
+            # a Hugging Face config stripped of the keys that name its family: read as a preset it
+            # was refused for its first HF key ("unknown key intermediate_size"), which hid the fix
+            raise InputError(f"model {path}.model_type",
+                             f"looks like a Hugging Face config ({', '.join(hf_keys[:3])}) but names no "
+                             "model_type or architectures, which say how its layers are built",
+                             f"add the checkpoint's \"model_type\" (one of {', '.join(supported_model_types()[:6])}, ...)")
         data = read_json(path, "model")                        # a preset file: refused there
     else:
         data = read_yaml(path, "model")

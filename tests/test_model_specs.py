@@ -254,6 +254,20 @@ def test_hf_llama_config_loads_with_pretraining_sequence_length():
     assert spec.seq_len == 8192          # rope_scaling.original_max_position_embeddings, not 131072
 
 
+def test_hf_config_without_model_type_is_refused_for_that_not_for_its_first_key(tmp_path):
+    """A config.json stripped of model_type and architectures was read as a paraplan preset and
+    refused as "unknown key intermediate_size"; the error now names the missing key and the fix."""
+    data = {k: v for k, v in LLAMA31_8B.items() if k not in ("model_type", "architectures")}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError) as err:
+        load_model(str(path))
+    assert err.value.field.endswith(".model_type")
+    assert "model_type" in str(err.value) and "unknown key" not in str(err.value)
+    path.write_text(json.dumps({**data, "model_type": "llama"}))
+    assert load_model(str(path)).num_layers == 32
+
+
 def test_hf_seq_len_caps_long_contexts_and_accepts_override():
     assert model_from_hf_config(QWEN3_30B_A3B).seq_len == 8192
     assert model_from_hf_config(QWEN3_30B_A3B, seq_len=32768).seq_len == 32768
