@@ -234,8 +234,13 @@ def summary_text(results, summary, list_skipped: bool) -> str:
                    "prediction, and the table shows it beside the in-sample error.")
 @_plot_option("each predicted row's speed error, one column per source (cross-validated with --cross-validate)")
 @_fail_above_option("over all predicted rows (the table's ALL row; cross-validated with --cross-validate)")
+@click.option("--explain", "explain_id", metavar="ID",
+              help="Show one row (its id column) as the simulator reads it: model, cluster, stack, "
+                   "configuration, the assumptions made for it, and the step behind its prediction, with the "
+                   "breakdown `paraplan simulate` prints (--json: the row's fields and that step's JSON).")
 def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as_csv: bool, out_path: str | None,
-                  list_skipped: bool, cross_validate: bool, plot_path: str | None, fail_above_pct: float | None) -> None:
+                  list_skipped: bool, cross_validate: bool, plot_path: str | None, fail_above_pct: float | None,
+                  explain_id: str | None = None) -> None:
     """How well does the simulator predict the measured rows of PATH (a CSV with the columns of
     shared/validation/published_runs.csv)? Without PATH: the public published-runs file
     (../shared/validation/published_runs.csv beside the checkout, else the copy bundled with
@@ -252,12 +257,18 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
       paraplan validate published runs.csv --csv --out errors.csv
       paraplan validate published --source KOR22 --fail-above 10     # a CI gate: exit 1 above 10%
       paraplan validate published --plot published_errors.png        # the errors by source, as a figure
+      paraplan validate published --explain KOR22-T5-1T-selsp:iter_time_s   # where one row's time goes
     """
     from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file
     from paraplan.validation.published import read_runs, summarize, validate_rows
 
     if as_json and as_csv:
         raise InputError("--json", "give --json or --csv, not both", "drop one of the two")
+    if explain_id is not None:
+        _refuse_beside_explain(source_prefix=source_prefix, as_csv=as_csv, list_skipped=list_skipped,
+                               cross_validate=cross_validate, plot_path=plot_path, fail_above_pct=fail_above_pct)
+        if not explain_id.strip():
+            raise InputError("--explain", "is empty", "give a row's id, e.g. KOR22-T5-1T-selsp:iter_time_s")
     check_distinct_paths({"--out": out_path, "--plot": plot_path}, {"PATH": path})
     if out_path is not None:
         check_writable(out_path)   # fail now, not after predicting every row
@@ -269,6 +280,9 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
     df = read_runs(path)
     if df.empty:        # the per-source table had nothing to group (an internal KeyError)
         raise InputError("PATH", f"{path} has a header but no rows", "add the runs to validate below the header")
+    if explain_id is not None:
+        _explain(df, explain_id, as_json, out_path)
+        return
     if source_prefix is not None and not source_prefix.strip():     # '' matched every row
         raise InputError("--source", "is empty", "give a run_id prefix such as KOR22, or leave the option out")
     report = None               # every row
@@ -319,6 +333,57 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
         click.echo(read_note.replace("reading", "read", 1), err=True)
     if fail_above_pct is not None:
         _gate(fail_above_pct, {"all rows": _ok_errors(results)})
+
+
+def _refuse_beside_explain(**given) -> None:
+    """--explain shows one row: the options that shape the whole file's report do not apply."""
+    for name, value in given.items():
+        if value not in (None, False):
+            option = {"source_prefix": "--source", "plot_path": "--plot", "fail_above_pct": "--fail-above",
+                      "as_csv": "--csv"}.get(name, "--" + name.replace("_", "-"))
+            raise InputError(option, "reports the whole file; --explain shows one row", f"drop {option} or --explain")
+
+
+def _plain(value: float) -> str:
+    """A measured or predicted value for people: 15,938 tokens/s, 71.49 s, 56.3 %."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
+def _explain(df, explain_id: str, as_json: bool, out_path: str | None) -> None:
+    """``--explain ID``: the row as the simulator reads it and the step behind its prediction."""
+    from paraplan.api import config_label
+    from paraplan.commands.simulate import json_dict, render
+    from paraplan.validation.explain_row import explain_row
+    from simulator import headroom
+
+    row = explain_row(df, explain_id)
+    if row.report is None:
+        fields = {"id": row.row_id, "status": "skipped", "metric": row.metric, "measured": row.measured,
+                  "reason": row.reason}
+        text = dump_json(fields) if as_json else f"row {row.row_id}: skipped: {row.reason}\n"
+    else:
+        inp, report = row.inputs, row.report
+        keep_gib = headroom.headroom_gib(inp.cluster.gpu.hbm_bytes)
+        fields = {"id": row.row_id, "status": "ok", "metric": row.metric, "predicted": row.predicted,
+                  "measured": row.measured, "rel_error": row.rel_error, "speed_error": row.speed_error,
+                  "stack": inp.stack, "cluster": inp.cluster.name, "config": config_label(report.config),
+                  "assumptions": list(inp.assumptions)}
+        if as_json:
+            text = dump_json({**fields, "step": json_dict(report, inp.cluster, keep_gib, inp.model)})
+        else:
+            lines = [f"row      {row.row_id}",
+                     f"measured {row.metric} {_plain(row.measured)}; predicted {_plain(row.predicted)} "
+                     f"({100 * row.rel_error:+.2f}%; predicted speed {100 * row.speed_error:+.2f}%)",
+                     f"read as  {config_label(report.config)} on {inp.cluster.name} "
+                     f"({inp.config.n_gpus} x {inp.cluster.gpu.name}), stack {inp.stack}"]
+            lines += textwrap.wrap("; ".join(inp.assumptions), width=118, initial_indent="assumed  ",
+                                   subsequent_indent=" " * 9) if inp.assumptions else []
+            text = "\n".join(lines) + "\n\n" + render(report, inp.model, inp.cluster, keep_gib, inp.config)
+    if out_path is not None:
+        write_atomic(out_path, text)
+        click.echo(f"wrote {out_path}", err=True)
+    else:
+        click.echo(text, nl=False)
 
 
 @command.command("measured", short_help="Measure small torch runs here and compare with the prediction.")
