@@ -340,7 +340,7 @@ def _refuse_beside_explain(**given) -> None:
     for name, value in given.items():
         if value not in (None, False):
             option = {"source_prefix": "--source", "plot_path": "--plot", "fail_above_pct": "--fail-above",
-                      "as_csv": "--csv"}.get(name, "--" + name.replace("_", "-"))
+                      "as_csv": "--csv", "backend": "--backend", "mode": "--mode"}.get(name, "--" + name.replace("_", "-"))
             raise InputError(option, "reports the whole file; --explain shows one row", f"drop {option} or --explain")
 
 
@@ -379,6 +379,64 @@ def _explain(df, explain_id: str, as_json: bool, out_path: str | None) -> None:
             lines += textwrap.wrap("; ".join(inp.assumptions), width=118, initial_indent="assumed  ",
                                    subsequent_indent=" " * 9) if inp.assumptions else []
             text = "\n".join(lines) + "\n\n" + render(report, inp.model, inp.cluster, keep_gib, inp.config)
+    if out_path is not None:
+        write_atomic(out_path, text)
+        click.echo(f"wrote {out_path}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+#: the evaluation outputs ``--explain`` shows for a serving row, in order, by mode (seconds, shown
+#: in ms; the rest as numbers): the decode step by part, then the prefill and queueing behind TTFT
+_SERVING_PARTS = {
+    "agg": ("ttft_s", "ttft_p90_s", "tpot_s", "decode_step_s", "decode_mlp_s", "decode_attention_s",
+            "decode_elementwise_s", "decode_lm_head_s", "decode_comm_s", "decode_host_s", "decode_kernel_fixed_s",
+            "decode_draft_s", "prefill_own_s", "prefill_work_s", "prefill_service_s", "join_s", "wait_behind_s",
+            "queue_wait_s", "prefill_share", "running_per_rank", "decoding_per_rank", "max_admitted_per_rank",
+            "tokens_per_s_per_gpu", "tokens_per_s_per_user"),
+    "disagg": ("ttft_s", "ttft_p90_s", "tpot_s", "decode_step_s", "decode_mlp_s", "decode_attention_s",
+               "decode_elementwise_s", "decode_lm_head_s", "decode_comm_s", "decode_host_s", "decode_kernel_fixed_s",
+               "decode_draft_s", "prefill_step_s", "prefill_own_s", "kv_transfer_s", "queue_wait_s",
+               "prefill_utilization", "decoding_per_rank", "max_batch_per_rank", "tokens_per_s_per_gpu",
+               "tokens_per_s_per_user"),
+}
+
+
+def _explain_serving(df, explain_id: str, as_json: bool, out_path: str | None) -> None:
+    """``validate serving --explain ID``: the row's reading and the parts of its prediction."""
+    from paraplan.validation.serving_explain import explain_serving_row
+
+    row = explain_serving_row(df, explain_id)
+    metrics = {r["metric"]: r for r in row.records}
+    if as_json:
+        text = dump_json({"id": row.row_id, "metrics": [_serving_record(r) for r in row.records],
+                          "reading": row.reading or None, "layout": row.layout or None, "parts": row.parts})
+    elif row.parts is None:
+        reasons = sorted({r["reason"] for r in row.records if r["reason"]})
+        text = f"row {row.row_id}: skipped: {'; '.join(reasons) or 'skipped'}\n"
+    else:
+        def said(metric: str) -> str:
+            r = metrics[metric]
+            name = metric.replace("_ms", "").ljust(9)
+            if r["status"] != "ok":
+                return f"{name}skipped ({r['reason']})"
+            return (f"{name}measured {r['measured']:.4g} ms, predicted {r['predicted']:.4g} ms "
+                    f"({100 * r['rel_error']:+.1f}%)")
+        rd = row.reading
+        formats = f"weights {rd['dense_format']}" + (f", experts {rd['expert_format']}" if rd["expert_format"] else "")
+        lay = ", ".join(f"{k} {v:g}" for k, v in row.layout.items() if k not in ("isl", "osl"))
+        lines = [f"row      {row.row_id}", said("ttft_ms"), said("tpot_ms"),
+                 f"read as  {rd['mode']}: {rd['model']} on {rd['system']} ({rd['gpu']}), stack {rd['stack']}, {formats}",
+                 *textwrap.wrap(f"{lay}; isl {row.layout['isl']:g}, osl {row.layout['osl']:g}", width=118,
+                                initial_indent="layout   ", subsequent_indent=" " * 9)]
+        assumed = next((r.get("assumption") for r in row.records if r.get("assumption")), "")
+        if assumed:
+            lines += textwrap.wrap(assumed, width=118, initial_indent="assumed  ", subsequent_indent=" " * 9)
+        keys = [k for k in _SERVING_PARTS.get(rd["mode"], ()) if k in row.parts] or sorted(row.parts)
+        shown = [k for k in keys if not k.endswith("_s") or row.parts[k] != 0.0 or k in ("ttft_s", "tpot_s")]
+        table = [[k[:-2] + "_ms" if k.endswith("_s") else k,
+                  f"{1e3 * row.parts[k]:,.3f}" if k.endswith("_s") else f"{row.parts[k]:,.4g}"] for k in shown]
+        text = "\n".join(lines) + "\n\n" + format_table(table, ["part", "value"], indent="  ")
     if out_path is not None:
         write_atomic(out_path, text)
         click.echo(f"wrote {out_path}", err=True)
@@ -838,8 +896,13 @@ def _serving_csv(records: list[dict]) -> str:
 @click.option("--list-skipped", is_flag=True, help="List every skipped row id with its reason.")
 @_plot_option("predicted against measured TTFT and TPOT, one colour per backend")
 @_fail_above_option("of TTFT or of TPOT over the predicted rows")
+@click.option("--explain", "explain_id", metavar="ID",
+              help="Show one row (its id column) as the serving simulator reads it: model, system, stack, weight "
+                   "formats, layout, and the parts of its predicted TTFT and TPOT (decode step by part, prefill, "
+                   "queueing), beside the measured values (--json: the same as one object).")
 def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str | None, as_json: bool, as_csv: bool,
-                out_path: str | None, list_skipped: bool, plot_path: str | None, fail_above_pct: float | None) -> None:
+                out_path: str | None, list_skipped: bool, plot_path: str | None, fail_above_pct: float | None,
+                explain_id: str | None = None) -> None:
     """How well does the serving simulator predict measured deployments? PATH is a CSV with the
     columns of shared/validation/serving_runs.csv (default: that file, or the copy bundled with
     paraplan).
@@ -856,12 +919,18 @@ def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str |
       paraplan validate serving --backend vllm --mode agg
       paraplan validate serving ../shared/validation/serving_runs.csv --json --out serving_errors.json
       paraplan validate serving --plot serving_errors.png
+      paraplan validate serving --explain ID     # one row's reading and the parts of its TTFT and TPOT
     """
     from paraplan.validation.datasets import SERVING_RUNS, validation_file
     from paraplan.validation.serving import read_rows, summarize, validate_rows
 
     if as_json and as_csv:
         raise InputError("--json", "give --json or --csv, not both", "drop one of the two")
+    if explain_id is not None:
+        _refuse_beside_explain(backend=backend_filter, mode=mode_filter, as_csv=as_csv, list_skipped=list_skipped,
+                               plot_path=plot_path, fail_above_pct=fail_above_pct)
+        if not explain_id.strip():
+            raise InputError("--explain", "is empty", "give a row's id (the file's id column)")
     check_distinct_paths({"--out": out_path, "--plot": plot_path}, {"PATH": path})
     if out_path is not None:
         check_writable(out_path)
@@ -871,6 +940,9 @@ def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str |
     if df.empty:
         raise InputError("PATH", f"{path or validation_file(SERVING_RUNS)} has a header but no rows",
                          "add the deployments to validate below the header")
+    if explain_id is not None:
+        _explain_serving(df, explain_id, as_json, out_path)
+        return
     if backend_filter is not None and not backend_filter.strip():   # '' matched every row
         raise InputError("--backend", "is empty", "give vllm, sglang or trtllm, or leave the option out")
     if backend_filter:
