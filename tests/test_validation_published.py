@@ -55,9 +55,11 @@ def test_korthikanti_step_times_stay_within_bound(results):
     # 5.42% / 10.6%, full and selective rows of a size now within 1 point of each other (22B +0.4 /
     # -2.5%, 175B +4.3 / +3.4%, 530B +6.8 / +5.8%, 1T +9.5 / +10.6%): what is left grows with the
     # model alone. Eighteenth round's refit (Ampere HBM 0.847 -> 0.864): 5.34% / 10.5% (22B -0.1 /
-    # -2.8%, 175B +4.1 / +3.3%, 530B +6.7 / +5.8%, 1T +9.4 / +10.5%)
-    assert _mean_abs_pct(ok) <= 6.0
-    assert float((ok.rel_error.abs() * 100).max()) <= 11.0
+    # -2.8%, 175B +4.1 / +3.3%, 530B +6.7 / +5.8%, 1T +9.4 / +10.5%). Session 61's code: 4.60% /
+    # 9.05% (22B -0.8 / -3.4%, 175B +3.0 / +2.0%, 530B +6.1 / +4.5%, 1T +7.9 / +9.1%); the same
+    # 1T layout as NAR21-T1-1T (predicted 1.8% slow) measures 8% faster in 2022 than in 2021
+    assert _mean_abs_pct(ok) <= 5.0
+    assert float((ok.rel_error.abs() * 100).max()) <= 10.0
 
 
 def test_bloom_runs_on_jean_zay_stay_within_bound(results):
@@ -131,8 +133,9 @@ def test_vtrain_single_node_rows_are_predicted_within_bound(results):
     ok = vt[vt.status == "ok"]
     assert len(vt) >= 721 and len(ok) == len(vt)
     # measured 21.07% when these rows arrived (16% too fast on average), 8.36% with the host-issue
-    # floor, GEMM waves), 8.66% after the BLOOM rows joined the Ampere fit; the issue's target is 8%
-    assert _mean_abs_pct(ok) <= 9.0
+    # floor, GEMM waves), 8.66% after the BLOOM rows joined the Ampere fit; the issue's target is 8%,
+    # met since (7.76% on session 61's code): the bound is the target
+    assert _mean_abs_pct(ok) <= 8.0
 
 
 def _with_columns(results):
