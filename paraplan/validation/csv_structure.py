@@ -126,3 +126,22 @@ def id_text(value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     return str(value).strip()
+
+
+def index_of_id(ids, wanted: str, listing: str) -> int:
+    """The position of the one row whose id (``id_text``) is ``wanted``, for ``--explain``.
+
+    ``InputError`` when no row has it (with the closest ids, else where to find them: ``listing``,
+    the command that lists every id) or when several rows share it."""
+    from hardware_specs.errors import suggest
+    texts = [id_text(x) for x in ids]
+    hits = [i for i, x in enumerate(texts) if x == wanted]
+    if not hits:
+        hint = suggest(wanted, sorted(set(texts)))
+        if not hint.startswith("did you mean"):     # nothing close: a dozen unrelated ids help no one
+            hint = f"see the file's id column; `{listing}` lists every row's id"
+        raise InputError("--explain", f"no row has the id '{wanted}'", hint)
+    if len(hits) > 1:
+        raise InputError("--explain", f"{len(hits)} rows share the id '{wanted}' (rows {hits[0] + 2} and "
+                         f"{hits[1] + 2} of the file)", "give each row its own id")
+    return hits[0]

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from hardware_specs.errors import InputError, suggest
-from paraplan.validation.csv_structure import id_text
+from paraplan.validation.csv_structure import id_text, index_of_id
 from paraplan.validation.predict import prepare
 from paraplan.validation.published import RowInputs, metric_from_prediction, speed_error
 from simulator.report import StepReport
@@ -51,19 +50,10 @@ def explain_row(df: pd.DataFrame, row_id: str) -> ExplainedRow:
     """The row of ``df`` whose ``id`` is ``row_id``, predicted as ``validate published`` predicts it.
 
     Raises ``InputError`` for an id no row has (with the closest ids) or one several rows share."""
-    ids = [id_text(x) for x in df["id"]]
     wanted = id_text(row_id)
-    hits = [i for i, x in enumerate(ids) if x == wanted]
-    if not hits:
-        hint = suggest(wanted, sorted(set(ids)))
-        if not hint.startswith("did you mean"):     # nothing close: a dozen unrelated ids help no one
-            hint = "see the file's id column; `paraplan validate published --json` lists every row's id"
-        raise InputError("--explain", f"no row has the id '{wanted}'", hint)
-    if len(hits) > 1:
-        raise InputError("--explain", f"{len(hits)} rows share the id '{wanted}' (rows {hits[0] + 2} and "
-                         f"{hits[1] + 2} of the file)", "give each row its own id")
+    index = index_of_id(df["id"], wanted, "paraplan validate published --json")
     records = df.to_dict("records")
-    row = records[hits[0]]
+    row = records[index]
     try:
         measured = float(row.get("measured_value"))
     except (TypeError, ValueError):
@@ -72,9 +62,9 @@ def explain_row(df: pd.DataFrame, row_id: str) -> ExplainedRow:
     # checks and those against the other rows, a repeated id or a run counting FLOPs otherwise)
     reasons: dict[int, str] = {}
     prepared = prepare(records, on_skip=lambda i, why: reasons.__setitem__(i, why))
-    if hits[0] in reasons:
+    if index in reasons:
         metric = str(row.get("measured_metric") or "").strip().lower()
-        return ExplainedRow(wanted, metric, measured, reason=reasons[hits[0]] or "skipped")
+        return ExplainedRow(wanted, metric, measured, reason=reasons[index] or "skipped")
     j = [id_text(x) for x in prepared.ids].index(wanted)
     inputs = prepared.inputs[j]
     report = simulate(inputs.model, inputs.cluster, inputs.config)

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from hardware_specs.errors import InputError, suggest
-from paraplan.validation.csv_structure import id_text
+from paraplan.validation.csv_structure import id_text, index_of_id
 from paraplan.validation.serving import prepare, validate_rows
 from simulator.serving.evaluate import evaluate_agg_columns, evaluate_disagg_columns
 
@@ -35,18 +34,8 @@ def explain_serving_row(df: pd.DataFrame, row_id: str) -> ExplainedServingRow:
 
     Raises ``InputError`` for an id no row has (with the closest ids) or one several rows share."""
     df = df.reset_index(drop=True)
-    ids = [id_text(x) for x in df["id"]]
     wanted = id_text(row_id)
-    hits = [i for i, x in enumerate(ids) if x == wanted]
-    if not hits:
-        hint = suggest(wanted, sorted(set(ids)))
-        if not hint.startswith("did you mean"):
-            hint = "see the file's id column; `paraplan validate serving --json` lists every row's id"
-        raise InputError("--explain", f"no row has the id '{wanted}'", hint)
-    if len(hits) > 1:
-        raise InputError("--explain", f"{len(hits)} rows share the id '{wanted}' (rows {hits[0] + 2} and "
-                         f"{hits[1] + 2} of the file)", "give each row its own id")
-    i = hits[0]
+    i = index_of_id(df["id"], wanted, "paraplan validate serving --json")
     row = df.iloc[[i]].reset_index(drop=True)
     records = tuple(validate_rows(row).to_dict("records"))
     prep = prepare(row)
