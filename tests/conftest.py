@@ -1,7 +1,35 @@
 """Fixtures several test modules share (computed once per test session)."""
 from __future__ import annotations
 
+import gc
+
 import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """Move what each collected module keeps alive out of the garbage collector's reach.
+
+    Collecting ~300 test modules imports numpy, pandas, scipy and the whole package and rewrites
+    every module's asserts; the allocations of the rewrite trigger full collections that walk all
+    those long-lived objects again and again. Freezing them after each module took a worker's
+    collection from 18.3 s to 11.3 s on the 2-core CI machine (and the whole suite from 231 s to
+    211 s), with the same tests collected and run."""
+    yield
+    gc.freeze()
+
+
+def pytest_collection_finish(session):
+    """Free the garbage made while collecting (frozen objects are never collected), then freeze
+    what the tests keep alive for the whole session."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
+
+def pytest_unconfigure(config):
+    """Hand the frozen objects back to the garbage collector when the session ends."""
+    gc.unfreeze()
 
 
 @pytest.fixture(scope="session")
