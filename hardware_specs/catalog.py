@@ -716,8 +716,8 @@ def release_match_for(framework: str, version: Any = None) -> ReleaseMatch:
     A listed release (or a patch / rc / post release of one) gets its profile; another release
     the newest profiled release before it (``release_match.match_release``: the catalog holds a
     profile where behaviour changed, so a release between two behaves as the earlier). A
-    version the source does not state resolves only to the framework's stack marked
-    ``default_when_version_unstated``. Raises ``InputError`` naming ``framework`` or
+    version the source does not state resolves to the framework's stack marked
+    ``default_when_version_unstated``, else to its only stack (noted). Raises ``InputError`` naming ``framework`` or
     ``framework_version`` (with the known values) when nothing matches.
     """
     # the catalog's folder listed once, not once per stack (validation asks for every row); each
@@ -770,7 +770,13 @@ def _release_match_cached(stamped: tuple[tuple[str, float], ...], fw: str, key: 
         return None
     if key is None:
         chosen = [s for s in mine if s.default_when_version_unstated]
-        return ReleaseMatch(chosen[0]) if len(chosen) == 1 else None
+        if len(chosen) == 1:
+            return ReleaseMatch(chosen[0])
+        if len(mine) == 1:
+            # one profile describes every release the catalog knows of the framework: the same
+            # rule ``match_release`` applies to a release numbered unlike every profile ("main")
+            return ReleaseMatch(mine[0], f"{fw} version not stated; the framework's only profile")
+        return None
     return match_release(list(mine), fw, key)
 
 

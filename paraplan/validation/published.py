@@ -4,7 +4,9 @@ A row is turned into (model, cluster, software stack, parallel config) from its 
 only. Where a column is empty the row is skipped with the reason, except for these documented
 defaults, each recorded in the row's ``assumptions``:
 
-- architecture: the model preset the ``model`` column names supplies what the columns lack
+- architecture: the model preset the ``model`` column names (as written, or as a checkpoint's or
+  Hugging Face id's name: ``meta-llama/Llama-3.1-405B``, ``Qwen3-30B-A3B-Base``,
+  ``model_names.preset_named``) supplies what the columns lack
   when it has the row's layers, hidden size and heads (its vocabulary, key/value heads, whether
   its MLP is gated, and the details no column holds: dropout, norm, biases, positions,
   activation); mixture-of-experts rows and rows without an architecture take the
@@ -12,6 +14,7 @@ defaults, each recorded in the row's ``assumptions``:
   skipped: the preset cannot say its router or expert width). Otherwise ``ffn_hidden`` empty is 4 * hidden, ``kv_heads``
   empty is heads, and the MLP is gated when the model family is one that uses SwiGLU
   (``GATED_FAMILIES``: a fact about the named architecture, never inferred from ffn != 4h);
+- ``n_gpus`` empty: dp * tp * pp * cp when dp, tp and pp are stated;
 - ``dp`` empty: n_gpus / (tp * pp * cp); on a per-GPU rate row (``PER_GPU_RATE_METRICS``) whose
   n_gpus contradicts dp * tp * pp * cp, the printed degrees are kept and the GPU count is their
   product (what one GPU does depends on its layout, not on the number of replicas);
@@ -76,10 +79,11 @@ from model_specs.model_spec import ModelSpec
 from paraplan.validation.csv_structure import (SHORT_ROW_COLUMN, check_csv_structure, header_names, id_text,
                                                mark_short_rows, strip_header)
 from paraplan.validation.flops_conventions import CONVENTIONS
-from paraplan.validation.row_model import (NUMERIC_COLUMNS, Skip, _check_family_vocab, _experts, _int, _measured,
-                                           _named_preset_or_none, _num, _preset_for, _same_architecture_preset,
-                                           _says_without_mtp, _stated_params, _str)
+from paraplan.validation.row_model import (NUMERIC_COLUMNS, Skip, _check_family_vocab, _directly_named_preset,
+                                           _experts, _int, _measured, _named_preset_or_none, _num, _preset_for,
+                                           _same_architecture_preset, _says_without_mtp, _stated_params, _str)
 from paraplan.validation.row_precision import unstated_dtype
+from simulator.ep_overlap_rules import check_ep_comm_overlap
 from simulator.parallel_config import ParallelConfig
 from simulator.stack_defaults import (stack_config_fields, stack_cp_kind, stack_expert_tp, stack_sequence_parallel,
                                       stack_zero_stage)
@@ -99,9 +103,18 @@ SYSTEM_FOR_GPU = {
     "b300": "dgx-b300",
     "gb200": "gb200-nvl72",
     "gb300": "gb300-nvl72",
+    "mi250x": "frontier-mi250x",
+    "mi300x": "mi300x-node",
     "tpu-v3": "tpu-v3-pod",
     "tpu-v4": "tpu-v4-pod",
 }
+
+#: the precisions a row's ``dtype_norm`` names (validation README: fp16, bf16, fp8, mxfp8, nvfp4;
+#: and the full-precision runs of older GPUs)
+TRAINING_DTYPES = ("fp16", "bf16", "fp8", "mxfp8", "nvfp4", "fp32", "tf32")
+#: other spellings of those precisions (PyTorch dtype names; llm-foundry's ``precision`` values)
+DTYPE_SPELLINGS = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
+                   "amp_bf16": "bf16", "amp_fp16": "fp16", "amp_fp8": "fp8"}
 
 #: named systems with a cluster preset of their own, as a row's ``gpu`` text names them (lower
 #: case) -> the preset; its fabric differs from the usual system of the GPU kind
@@ -228,8 +241,8 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
         raise Skip("gpu_profile empty (GPU kind not known)")
     try:
         load_gpu(gpu)
-    except InputError:
-        raise Skip(f"no GPU profile for '{gpu}'") from None
+    except InputError as exc:
+        raise Skip(f"no GPU profile for '{gpu}'" + (f" ({exc.fix})" if exc.fix else "")) from None
     assumptions: list[str] = []
     preset = None
     if _str(row, "moe_experts") or _str(row, "moe_topk") or _int(row, "layers") is None:
@@ -259,6 +272,10 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
                 kin = None
     if metric != "layer_fwd_bwd_time_ms":
         needed["global_batch"] = _int(row, "global_batch")
+    if needed["n_gpus"] is None and not _str(row, "n_gpus") and None not in (_int(row, "dp"), needed["tp"], needed["pp"]):
+        # the layout states every degree, so it states the GPU count
+        needed["n_gpus"] = _int(row, "dp") * needed["tp"] * needed["pp"] * (_int(row, "cp") or 1)
+        assumptions.append(f"n_gpus={needed['n_gpus']} (dp*tp*pp*cp; the cell is empty)")
     empty = [k for k, v in needed.items() if v is None]
     if empty:
         raise Skip("needed field(s) empty: " + ", ".join(empty))
@@ -312,6 +329,10 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
         assumptions.append(f"gated_mlp={gated} (model family)")
     tokenizer_source = shape_preset or kin
     name = _str(row, "model") or _str(row, "run_id")
+    if shape_preset is not None and _directly_named_preset(row) is None:
+        # named as a checkpoint or Hugging Face id of the preset (meta-llama/Llama-3.1-405B): the
+        # preset's name, which the stacks' recipes and presets list
+        name = shape_preset.name
     try:
         if shape_preset is not None:
             # the model the row names, at the row's own sizes: what its columns cannot say
@@ -387,7 +408,7 @@ def _row_stack(row, assumptions):
     stack = match.stack
     if match.note:
         assumptions.append(f"stack={stack.name} ({match.note})")
-    if not version:
+    elif not version:
         assumptions.append(f"stack={stack.name} ({framework} version not stated)")
     return stack
 
@@ -459,7 +480,9 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
                            f"{per_domain} GPUs per {cluster.scaleup.kind} domain (Slurm --segment of "
                            f"{per_domain // cluster.launch_gpus_per_host} hosts, hardware_specs.placement)")
     stated_zero = _int(row, "zero_norm", minimum=0)
-    dtype = _enum(row, "dtype_norm")
+    dtype = DTYPE_SPELLINGS.get(_enum(row, "dtype_norm"), _enum(row, "dtype_norm"))
+    if dtype and dtype not in TRAINING_DTYPES:
+        raise Skip(f"dtype_norm '{_str(row, 'dtype_norm')}' is not a precision (one of {', '.join(TRAINING_DTYPES)})")
     if not dtype:
         layout = Layout(n_gpus=n, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
                         fsdp=stated_zero == 3)
@@ -549,6 +572,14 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
             assumptions.append(f"{stack.name} recipe for this model: " + "; ".join(recipe))
     except InputError as exc:
         raise Skip(f"configuration invalid: {exc}") from None
+    if config.ep_comm_overlap:
+        try:
+            check_ep_comm_overlap(config, model.mtp_layers)
+        except InputError as exc:
+            # Megatron-Core asserts on this combination, so the run cannot have had the overlap
+            # its stack's recipes turn on
+            config = replace(config, ep_comm_overlap=False)
+            assumptions.append(f"ep_comm_overlap off (on in {stack.name}'s recipes, but {exc.message})")
     try:
         check_config(model, config)
     except InputError as exc:

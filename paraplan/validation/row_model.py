@@ -15,6 +15,7 @@ from cost_models.params import total_params
 from hardware_specs.errors import InputError, as_float, digits_text
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
+from paraplan.validation.model_names import preset_named
 
 
 class Skip(Exception):
@@ -154,13 +155,34 @@ def _says_without_mtp(row) -> bool:
 
 
 def _preset_for(row) -> ModelSpec:
+    """The model preset the ``model`` column names: the name before any parenthesis, then its
+    first word; else as a checkpoint's or Hugging Face id's name (``model_names.preset_named``:
+    ``meta-llama/Llama-3.1-405B``, ``Qwen3-30B-A3B-Base``, ``Meta-Llama-3.1-70B-Instruct``).
+    ``Skip`` when none matches, saying why the row needed one."""
+    preset = _directly_named_preset(row)
+    if preset is not None:
+        return preset
+    name = _str(row, "model").split("(")[0].strip()
+    for candidate in (name, name.split(" ")[0] if name else ""):
+        found = preset_named(candidate) if candidate else None
+        if found is not None:
+            return _named_preset(found)
+    if _int(row, "layers") is not None:
+        raise Skip(f"a mixture-of-experts row needs its model's preset (expert width, shared experts and "
+                   f"leading dense layers are not columns of the file), and no model preset is named '{name}'")
+    raise Skip(f"architecture not in the row and no model preset named '{name}'")
+
+
+def _directly_named_preset(row) -> ModelSpec | None:
+    """The preset the ``model`` column names as written (the name before any parenthesis, or its
+    first word), not as a checkpoint's or Hugging Face id's name; None if none."""
     name = _str(row, "model").split("(")[0].strip()
     for candidate in (name, name.split(" ")[0] if name else ""):
         if candidate:
             preset = _named_preset(candidate)
             if preset is not None:
                 return preset
-    raise Skip(f"architecture not in the row and no model preset named '{name}'")
+    return None
 
 
 @lru_cache(maxsize=None)

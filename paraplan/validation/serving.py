@@ -128,6 +128,7 @@ from hardware_specs.serving_efficiency import ServingEfficiency
 from model_specs.catalog import load_model, load_preset
 from paraplan.validation.csv_structure import (SHORT_ROW_COLUMN, check_csv_structure, header_names, id_text,
                                                mark_short_rows, strip_header)
+from paraplan.validation.model_names import preset_named
 from simulator.serving.aggregated import memory_columns
 from simulator.serving.checkpoints import checkpoint_names_fp8_kv, names_expert_checkpoint, stored_formats
 from simulator.serving.context import ServingContext
@@ -151,40 +152,18 @@ MODEL_PRESETS = {
     "qwen/qwen3.5-397b-a17b": "qwen3.5-397b-a17b",
     "zhipuai/glm-5": "glm-5",
 }
-#: a checkpoint's name beyond its model's: instruction or chat tuning, a quantised export, a dated
-#: release (``-0528``, ``-2507``) and the like change the weights, not the architecture
-_CHECKPOINT_SUFFIX = re.compile(r"[-_.](instruct|chat|base|hf|it|fp8|fp4|nvfp4|mxfp4|int4|w4a16|w8a8|awq|gptq|"
-                                r"thinking|dynamic|block|\d{4}|v\d+(?:\.\d+)*)$", re.IGNORECASE)
-
-
 def model_preset_for(model_path) -> str | None:
     """The model preset a Hugging Face id names: ``MODEL_PRESETS`` first, else the repository
-    name (the part after ``org/``), then that name with its checkpoint suffixes removed one at a
-    time (``_CHECKPOINT_SUFFIX``: ``DeepSeek-R1-0528`` -> DeepSeek-R1,
-    ``Llama-3.3-70B-Instruct-FP8`` -> Llama-3.3-70B), each also without a leading ``Meta-``,
-    looked up in the model catalog by name or alias (``model_specs.catalog``); None when nothing
-    matches."""
+    name looked up as ``model_names.preset_named`` does (the part after ``org/``, then without
+    its checkpoint suffixes one at a time: ``DeepSeek-R1-0528`` -> DeepSeek-R1,
+    ``Llama-3.3-70B-Instruct-FP8`` -> Llama-3.3-70B, each also without a leading ``Meta-``);
+    None when nothing matches."""
     key = str(model_path or "").strip().lower()
     if not key:
         return None
     if key in MODEL_PRESETS:
         return MODEL_PRESETS[key]
-    name = key.rsplit("/", 1)[-1]
-    while name:
-        # the whole name first, then one suffix shorter at a time (DeepSeek-V3.1 is a name of its
-        # own before "-v3.1" would read as a version suffix)
-        for candidate in (name, re.sub(r"^meta[-_]", "", name)):
-            try:
-                # by catalog name only: a folder of that name in the working directory is not the
-                # preset the id names
-                return load_preset(candidate).name
-            except InputError:
-                continue
-        shorter = _CHECKPOINT_SUFFIX.sub("", name)
-        if shorter == name:
-            break
-        name = shorter
-    return None
+    return preset_named(key)
 
 
 def _explicit_path(text: str) -> bool:
