@@ -687,10 +687,22 @@ def generic_cluster(gpu_name: str) -> ClusterSpec:
                                    f"{gbit:g} Gb/s per GPU", source="paraplan generic node (catalog.generic_cluster)")
 
 
+#: a framework's full name -> the key its stacks are filed under (TensorRT-LLM's stack files
+#: name it ``trtllm``, as AIConfigurator's rows do; its own documentation writes TensorRT-LLM)
+_FRAMEWORK_FULL_NAMES = {"tensorrtllm": "trtllm"}
+
+
+def framework_key(name) -> str:
+    """A framework or serving backend name as the stack catalog matches it (``_framework_key``):
+    ``vLLM``, ``TensorRT-LLM`` and ``trt_llm`` give ``vllm``, ``trtllm`` and ``trtllm``."""
+    return _framework_key(name)
+
+
 def _framework_key(name: str) -> str:
     """A framework name as matched: case, spaces, '-' and '_' ignored (``Megatron_LM`` is
-    ``megatron-lm``, ``TensorRT-LLM`` is not ``trtllm``: no other aliasing)."""
-    return "".join(ch for ch in str(name).strip().lower() if ch not in " -_")
+    ``megatron-lm``), and ``TensorRT-LLM`` is ``trtllm`` (``_FRAMEWORK_FULL_NAMES``)."""
+    key = "".join(ch for ch in str(name).strip().lower() if ch not in " -_")
+    return _FRAMEWORK_FULL_NAMES.get(key, key)
 
 
 def _unstated(version: Any) -> bool:

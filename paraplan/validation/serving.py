@@ -12,8 +12,13 @@ prediction:
   as a path (absolute, ``./``, or ending in ``config.json``), or an id with no preset that
   exists as a path, is read as that config.json / folder as given (``model_of``); a model that
   cannot be read skips its row with the reason, never the run.
-* system: ``SYSTEMS`` maps the file's system names to cluster presets.
-* stack: the ``backend`` framework's serving stack covering ``backend_version``
+* system: ``SYSTEMS`` maps the file's system names to cluster presets; a cluster preset's own
+  name (``dgx-h100``) is that preset.
+* fit: a layout whose weights leave no KV cache on a GPU, or no room for one request's, is
+  skipped with that reason (``_no_room``; ``serve simulate`` refuses it, the engine would not
+  start), on each worker of a disaggregated row.
+* stack: the ``backend`` framework's serving stack (``TensorRT-LLM`` is ``trtllm``,
+  ``catalog.framework_key``) covering ``backend_version``
   (``hardware_specs.catalog.serving_release_match``; a release no profile lists takes the
   newest profiled release before it, noted in the row's assumption); rows without a version
   get the framework's newest profile (``ASSUMPTIONS``). A TensorRT-LLM row whose version is an
@@ -55,7 +60,7 @@ prediction:
   worker's experts all expert-parallel or all tensor-parallel; in the file no vLLM row, as read,
   mixes the two, while 17 TensorRT-LLM and 12 SGLang rows do, which those engines run).
   vLLM rows with attention data parallelism whose ``tp_size`` equals their
-  ``attention_dp_size`` D (and ``moe_ep_size`` = D x D) describe vLLM's data-parallel
+  ``attention_dp_size`` D (and ``moe_ep_size`` = D x D, ``moe_tp_size`` 1) describe vLLM's data-parallel
   deployment on D GPUs (``--data-parallel-size D --enable-expert-parallel``: D engine ranks of
   tensor parallelism 1, their experts in one expert-parallel group of DP x TP = D, vLLM docs
   "Data Parallel Deployment"); the source wrote the worker's GPU count D in ``tp_size`` (their
@@ -119,7 +124,7 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from hardware_specs.catalog import load_cluster, load_stack, serving_release_match
+from hardware_specs.catalog import framework_key, list_clusters, load_cluster, load_stack, serving_release_match
 from hardware_specs.release_match import ReleaseMatch, release_numbers
 from hardware_specs.yaml_files import is_file
 from cost_models.weight_formats import canonical_format, slice_holds_whole_blocks
@@ -132,6 +137,7 @@ from paraplan.validation.model_names import preset_named
 from simulator.serving.aggregated import memory_columns
 from simulator.serving.checkpoints import checkpoint_names_fp8_kv, names_expert_checkpoint, stored_formats
 from simulator.serving.context import ServingContext
+from simulator.serving.disaggregated import prefill_memory
 from simulator.serving.evaluate import evaluate_agg_columns, evaluate_disagg_columns
 
 #: Hugging Face model ids of the file -> model presets (architecture from the public config.json)
@@ -402,7 +408,7 @@ def _expert_degrees(moe_tp_value, moe_ep_value, tp: float, adp: float) -> tuple[
 def _vllm_data_parallel(backend, tp: float, adp: float, moe_tp: float, moe_ep: float) -> tuple[float, float, float]:
     """(tp, moe_tp, moe_ep) of a vLLM data-parallel row (see the module docstring): tp_size ==
     attention_dp_size = D > 1 with the experts over D x D means D ranks of tp 1, experts over D."""
-    if str(backend).strip().lower() == "vllm" and adp > 1 and tp == adp and moe_tp * moe_ep == tp * adp:
+    if framework_key(backend) == "vllm" and adp > 1 and tp == adp and moe_tp == 1 and moe_ep == tp * adp:
         return 1.0, 1.0, adp
     return tp, moe_tp, moe_ep
 
@@ -493,9 +499,11 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str], dict[str, ob
             skipped[i] = exc.message
             continue
         system_key = id_text(r.get("system")).lower()
-        system = SYSTEMS.get(system_key)
+        # AIConfigurator's system name, else a cluster preset's own name (never a file path)
+        system = SYSTEMS.get(system_key) or (system_key if system_key in list_clusters() else None)
         if system is None:
-            skipped[i] = f"system {r.get('system')!r} has no cluster preset" if system_key else "system empty"
+            skipped[i] = (f"system {r.get('system')!r} has no cluster preset (one of {', '.join(SYSTEMS)}, or a "
+                          f"preset of `paraplan hardware list`)" if system_key else "system empty")
             continue
         if not id_text(r.get("backend")):
             skipped[i] = "backend empty: no serving stack to price it on"
@@ -531,7 +539,7 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str], dict[str, ob
             continue
         dense, expert = _fmt(r.get("gemm_quant_mode"), r.get("precision")), _fmt(r.get("moe_quant_mode"), r.get("precision"))
         values = {"isl": isl, "osl": osl, "assumption": match.note if version else ASSUMPTIONS["no_version"]}
-        release = _release_formats(r.get("model_path"), preset, model, dense, expert, r.get("backend"))
+        release = _release_formats(r.get("model_path"), preset, model, dense, expert, framework_key(r.get("backend")))
         if release is not None:
             dense, expert, note = release
             values["assumption"] = "; ".join(x for x in (values["assumption"], note) if x)
@@ -562,7 +570,7 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str], dict[str, ob
                 skipped[i] = problem
                 continue
             values.update(tp=tp, pp=pp, adp=adp, moe_tp=moe_tp, moe_ep=moe_ep, batch=batch,
-                          tp_may_be_world=float(str(r.get("backend")).strip().lower() == "trtllm"
+                          tp_may_be_world=float(framework_key(r.get("backend")) == "trtllm"
                                                 and model.moe is not None and adp == 1 and tp > 1))
         elif mode == "disagg":
             need = ("prefill_num_workers", "prefill_batch_size", "decode_num_workers", "decode_batch_size", "prefill_tp_size",
@@ -651,12 +659,45 @@ def _attention_dp_ambiguity(ctx: ServingContext, members: list[_Row]) -> list[st
     return out
 
 
+def _no_room(ctx: ServingContext, mode: str, members: list[_Row]) -> list[str]:
+    """Per row, why its layout cannot hold the model and one request, else "": the weights leave
+    no KV cache on a GPU, or not even one request's KV cache fits in what is left (``serve
+    simulate`` refuses both; the engines fail to start). Aggregated rows on their layout;
+    disaggregated rows on each worker's, the prefill worker's activations sized for its batch of
+    whole prompts (``disaggregated.prefill_memory``)."""
+    col = lambda k: np.array([m.values[k] for m in members], dtype=float)   # noqa: E731
+    isl, osl = col("isl"), col("osl")
+    gib = 2.0 ** 30
+    sides = []
+    if mode == "agg":
+        sides.append(("", memory_columns(ctx, col("tp"), col("adp"), col("pp"), col("moe_tp"), col("moe_ep"), isl, osl)))
+    else:
+        sides.append(("prefill worker: ", prefill_memory(ctx, col("prefill_tp"), col("prefill_adp"), col("prefill_pp"),
+                                                        col("prefill_moe_tp"), col("prefill_moe_ep"),
+                                                        np.maximum(col("prefill_batch"), 1.0), isl)[0]))
+        sides.append(("decode worker: ", memory_columns(ctx, col("decode_tp"), col("decode_adp"), col("decode_pp"),
+                                                        col("decode_moe_tp"), col("decode_moe_ep"), isl, osl)))
+    out = [""] * len(members)
+    for i in range(len(members)):
+        for side, mem in sides:
+            if mem["kv_pool_bytes"][i] <= 0:
+                out[i] = (f"{side}the weights ({mem['weights_bytes'][i] / gib:.1f} GiB per GPU) leave no room for a "
+                          f"KV cache on {ctx.cluster.gpu.name}: the layout cannot serve the model")
+            elif mem["max_batch_per_rank"][i] < 1:
+                out[i] = (f"{side}not even one request fits: its KV cache needs "
+                          f"{mem['kv_bytes_per_request'][i] / gib:.1f} GiB per GPU and "
+                          f"{mem['kv_pool_bytes'][i] / gib:.1f} GiB is free")
+            if out[i]:
+                break
+    return out
+
+
 def _release_match(backend: str, version: str | None) -> ReleaseMatch:
     """The stack a row's (backend, backend_version) is priced on: a Dynamo container tag of a
     TensorRT-LLM row (``DYNAMO_TRTLLM_TAGS``) names its stack; every other version is a
     release of the framework (``serving_release_match``)."""
     numbers = release_numbers(version) if version is not None else None
-    if str(backend).strip().lower() == "trtllm" and numbers is not None and numbers[:2] in DYNAMO_TRTLLM_TAGS:
+    if framework_key(backend) == "trtllm" and numbers is not None and numbers[:2] in DYNAMO_TRTLLM_TAGS:
         return ReleaseMatch(load_stack(DYNAMO_TRTLLM_TAGS[numbers[:2]]))
     return serving_release_match(backend, version)
 
@@ -686,14 +727,15 @@ def prepare(df: pd.DataFrame) -> Prepared:
             for m in members:
                 reason[m.index] = str(exc)
             continue
+        why = _no_room(ctx, mode, members)
         if mode == "agg":
-            why = _attention_dp_ambiguity(ctx, members)
-            for m, w in zip(members, why):
-                if w:
-                    reason[m.index] = w
-            members = [m for m, w in zip(members, why) if not w]
-            if not members:
-                continue
+            why = [w or a for w, a in zip(why, _attention_dp_ambiguity(ctx, members))]
+        for m, w in zip(members, why):
+            if w:
+                reason[m.index] = w
+        members = [m for m, w in zip(members, why) if not w]
+        if not members:
+            continue
         cols = {k: np.array([m.values[k] for m in members], dtype=float)
                 for k in members[0].values if k not in _ROW_ONLY}
         groups.append(Group(ctx, mode, np.array([m.index for m in members]), cols))
