@@ -132,3 +132,25 @@ def test_amd_rows_run_on_their_usual_system_not_a_generic_node(bundled, gpu, sys
     assert inputs.cluster.name == system
     # mi300x-node: one 400 Gb/s NIC per GPU (ND MI300X v5); Frontier: 200 Gb/s Slingshot per package
     assert math.isclose(inputs.cluster.scaleout.bw_bytes_per_s * 8 / 1e9, {"mi300x": 400, "mi250x": 200}[gpu])
+
+
+def test_a_predicted_row_the_memory_model_says_cannot_fit_is_flagged_in_the_table_and_the_json(tmp_path, bundled):
+    import json
+
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    # Llama-3.1-405B unsharded on one H100 a replica (tp 1, pp 1, 512 data-parallel ranks, the
+    # distributed optimizer): 405e9 x 2 bytes of bf16 weights alone are 810 GB against 80 GB
+    row = bundled[bundled.id == LLAMA_405B]
+    unfit = row.assign(id="unfit", tp="1", pp="1", cp="1", vpp="", dp="512", n_gpus="512")
+    path = tmp_path / "runs.csv"
+    pd.concat([row, unfit]).to_csv(path, index=False)
+    out = tmp_path / "rows.json"
+    res = CliRunner().invoke(main, ["validate", "published", str(path), "--json", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    fits = {r["id"]: r["fits"] for r in json.loads(out.read_text())}
+    assert fits == {LLAMA_405B: True, "unfit": False}
+    table = CliRunner().invoke(main, ["validate", "published", str(path)]).output
+    assert ("note: 1 predicted row ran, yet the memory model says it does not fit in the GPU's memory (fits false "
+            "in --json/--csv; the step is priced as laid out): MBRIDGE 1") in table

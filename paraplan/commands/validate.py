@@ -25,7 +25,7 @@ from hardware_specs.errors import InputError
 
 #: the per-row output columns of --json / --csv, in order.
 ROW_KEYS = ("id", "status", "metric", "predicted", "measured", "rel_error", "speed_error", "reason", "source",
-            "efficiency_fitted", "assumptions")
+            "efficiency_fitted", "assumptions", "fits")
 
 
 @click.group("validate", short_help="Compare predictions with measured runs.")
@@ -170,6 +170,21 @@ def _prior_footnote(priors: dict[str, str], cross_validated: bool) -> list[str]:
             f"checked it; read them as a sketch): {where} (efficiency_fitted false in --json/--csv)"]
 
 
+def _unfit_note(results) -> list[str]:
+    """The line naming the predicted rows the memory model says do not fit in the GPU's memory
+    (the runs did run, so the memory model misses there; their step is priced as laid out)."""
+    if "fits" not in results:
+        return []
+    ok = results[results.status == "ok"]
+    unfit = ok[ok["fits"].astype(object) == False]   # noqa: E712 (a column of bools and None)
+    if not len(unfit):
+        return []
+    where = ", ".join(f"{src} {n}" for src, n in unfit.groupby("source").size().items())
+    rows, they = ("row", "it does") if len(unfit) == 1 else ("rows", "they do")
+    return [f"note: {len(unfit)} predicted {rows} ran, yet the memory model says {they} not fit in the GPU's memory "
+            f"(fits false in --json/--csv; the step is priced as laid out): {where}"]
+
+
 def summary_text(results, summary, list_skipped: bool) -> str:
     """Per-source error table, then skipped rows grouped by reason (or listed one by one)."""
     priors = _prior_sources(results)
@@ -196,6 +211,7 @@ def summary_text(results, summary, list_skipped: bool) -> str:
         lines = ["prediction error per source (|predicted - measured| / measured)",
                  format_table(rows, ["source", "rows_ok", "rows_skipped", "mean_abs_err_pct", "worst_abs_err_pct"],
                               align="lrrrr").rstrip()] + _prior_footnote(priors, cross_validated=False)
+    lines += _unfit_note(results)
     skipped = results[results.status != "ok"]
     if len(skipped):
         lines += ["", f"skipped rows: {len(skipped)}"]
