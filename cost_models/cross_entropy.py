@@ -109,6 +109,15 @@ _TABLE = np.array([[CROSS_ENTROPY_TRAFFIC[n].bytes_per_logit_fwd, CROSS_ENTROPY_
 LOSS_PEAK_BYTES_PER_LOGIT = {"torch_eager": 12.0}
 #: per implementation code: its fixed peak bytes per logit, or NaN where the default applies
 _PEAK_TABLE = np.array([LOSS_PEAK_BYTES_PER_LOGIT.get(n, np.nan) for n in CROSS_ENTROPY_IMPLS])
+#: implementations whose peak is a whole number of copies of the logits in their own dtype, no
+#: fp32 softmax beside them: ``flash_attn_xentropy`` saves the logits and the per-row log-sum-exp
+#: (``ctx.save_for_backward(logits, lse, labels)``) and its backward writes the gradient into a
+#: new tensor of the logits' shape and dtype (flash-attn flash_attn/ops/triton/cross_entropy.py:
+#: ``dlogits = logits if ctx.inplace_backward else torch.empty_like(logits)``; llm-foundry builds
+#: it without ``inplace_backward``: mosaicml/llm-foundry llmfoundry/models/mpt/modeling_mpt.py
+#: ``FusedCrossEntropyLoss(ignore_index=-100)``): the logits and their gradient, 2 x act_bytes
+LOSS_PEAK_LOGIT_COPIES = {"flash_attn_xentropy": 2.0}
+_COPIES_TABLE = np.array([LOSS_PEAK_LOGIT_COPIES.get(n, np.nan) for n in CROSS_ENTROPY_IMPLS])
 #: bytes of the fp32 softmax copy per logit kept next to the logits in the training dtype
 SOFTMAX_COPY_BYTES = LOGIT_BYTES - 2.0
 
@@ -146,12 +155,15 @@ def _codes(impl) -> np.ndarray:
 
 
 def loss_peak_bytes_per_logit(impl, act_bytes=2.0):
-    """Bytes per logit the loss holds at its peak (``LOSS_PEAK_BYTES_PER_LOGIT``, else the logits'
+    """Bytes per logit the loss holds at its peak (``LOSS_PEAK_BYTES_PER_LOGIT``; copies of the
+    logits, ``LOSS_PEAK_LOGIT_COPIES`` x ``act_bytes``; else the logits'
     ``act_bytes`` (the training dtype's activation bytes, ``compute.activation_bytes``) + an fp32
     softmax copy: ``memory.LOGIT_BYTES`` = 6 in 16-bit training) of ``impl``: a name or code, or
     an array of codes; ``act_bytes`` a number or an array broadcasting with them."""
-    fixed = _PEAK_TABLE[_codes(impl)]
-    return np.where(np.isnan(fixed), np.asarray(act_bytes, dtype=float) + SOFTMAX_COPY_BYTES, fixed)
+    codes = _codes(impl)
+    fixed, copies = _PEAK_TABLE[codes], _COPIES_TABLE[codes]
+    act = np.asarray(act_bytes, dtype=float)
+    return np.where(~np.isnan(fixed), fixed, np.where(np.isnan(copies), act + SOFTMAX_COPY_BYTES, copies * act))
 
 
 #: bytes per logit a loss keeps for its backward from its forward until that backward runs (less
