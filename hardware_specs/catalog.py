@@ -59,7 +59,7 @@ from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, check_name, not_a_file, require_plausible, require_positive, suggest
 from hardware_specs.gpu_spec import MAX_HBM_BYTES, MAX_RATE_PER_S, MIN_HBM_BYTES, MIN_RATE_PER_S, GPUSpec
 from hardware_specs.pools import Pool, PooledCluster, PoolLink
-from hardware_specs.release_match import ReleaseMatch, match_release
+from hardware_specs.release_match import ReleaseMatch, match_release, release_numbers
 from hardware_specs.serving_efficiency import ServingEfficiency
 from hardware_specs.stack_files import stack_from_dict
 from hardware_specs.stack_spec import StackSpec
@@ -777,9 +777,19 @@ def _release_match_cached(stamped: tuple[tuple[str, float], ...], fw: str, key: 
     ``key`` (stripped; ``None``: not stated) in the catalog state ``stamped``; ``None`` where
     nothing matches (the caller raises the error). A pure function of its arguments (the stack
     files' contents are keyed by their mtimes), so memoised."""
-    mine = _stacks_indexed(stamped)[1].get(_framework_key(fw), ())
+    by_framework = _stacks_indexed(stamped)[1]
+    mine = by_framework.get(_framework_key(fw), ())
     if not mine:
         return None
+    numbers = release_numbers(key) if key is not None else None
+    if _framework_key(fw) == "megatronlm" and numbers is not None and numbers[0] == 0:
+        # Megatron-LM's releases since 2025 (v0.11.0, core_r0.x / core_v0.x tags) are numbered as
+        # the Megatron-Core they ship (NVIDIA/Megatron-LM tags v0.11.0 2025-03-14, v0.15.3
+        # 2026-02-06; its own releases were v1.0-v2.6, 2020-2021): the megatron-core profiles
+        core = match_release(list(by_framework.get("megatroncore", ())), "megatron-core", key)
+        if core is not None:
+            return ReleaseMatch(core.stack, f"{fw} {key} is a Megatron-Core release: "
+                                            + (core.note or f"{core.stack.name}, the profile that lists it"))
     if key is None:
         chosen = [s for s in mine if s.default_when_version_unstated]
         if len(chosen) == 1:

@@ -617,12 +617,20 @@ _LEADING_NUMBERS = re.compile(r"v?(\d+(?:\.\d+)*)")
 _COVERED_AFTER = (".", "-", "+", "rc")
 
 
+#: how sources write a release around its number: a container image reference
+#: (``nvcr.io/nvidia/nemo:24.09``: the tag after the last ``:``) and Megatron-LM's git tags of
+#: Megatron-Core releases (``core_r0.9.0``, ``core_v0.12.0``)
+_RELEASE_WRAPPING = re.compile(r"^(?:.*:)?(?:core[_-]?[rv](?=\d))?")
+
+
 def release_parts(version) -> tuple[tuple[int, ...] | None, str]:
     """A release string split into its leading numeric components and the rest (lower case):
     ``'26.04.01'`` -> ((26, 4, 1), ''), ``'v0.5.10.post1'`` -> ((0, 5, 10), '.post1'),
-    ``'1.2.0rc6'`` -> ((1, 2, 0), 'rc6'); (None, the release key) when it does not start with a
-    number (``main``). Components compare as numbers: 26.04.1, 26.4.1 and 26.04.01 are one release."""
-    key = str(version).strip().lower()
+    ``'1.2.0rc6'`` -> ((1, 2, 0), 'rc6'), ``'core_r0.9.0'`` -> ((0, 9, 0), ''),
+    ``'nvcr.io/nvidia/nemo:24.09'`` -> ((24, 9), ''); (None, the release key) when it does not
+    start with a number (``main``). Components compare as numbers: 26.04.1, 26.4.1 and 26.04.01
+    are one release."""
+    key = _RELEASE_WRAPPING.sub("", str(version).strip().lower(), count=1)
     m = _LEADING_NUMBERS.match(key)
     if m is None:
         return None, _release_key(version)

@@ -14,7 +14,9 @@ from paraplan.validation.serving import predict as predict_serving
 
 @pytest.mark.parametrize("text, numbers", [
     ("25.02.01", (25, 2, 1)), ("v0.5.10.post1", (0, 5, 10)), ("1.2.0rc6.post3", (1, 2, 0)),
-    ("2022", (2022,)), (" 24.09 ", (24, 9)), ("nightly-5b8c30d", None), ("core_r0.5.0", None),
+    ("2022", (2022,)), (" 24.09 ", (24, 9)), ("nightly-5b8c30d", None),
+    # Megatron-LM's git tags of Megatron-Core releases, and a container image reference
+    ("core_r0.5.0", (0, 5, 0)), ("core_v0.12.0", (0, 12, 0)), ("nvcr.io/nvidia/nemo:24.09", (24, 9)),
 ])
 def test_release_numbers_reads_the_leading_numeric_components(text, numbers):
     assert release_numbers(text) == numbers
@@ -72,8 +74,25 @@ def test_serving_release_resolves_to_the_newest_profile_before_it(framework, ver
 
 
 def test_a_framework_with_several_profiles_and_none_default_still_refuses_an_unnumbered_release():
-    with pytest.raises(InputError, match=r"^framework_version: no megatron-lm stack for version 'core_r0.5.0'"):
-        release_match_for("megatron-lm", "core_r0.5.0")
+    with pytest.raises(InputError, match=r"^framework_version: no megatron-lm stack for version 'main'"):
+        release_match_for("megatron-lm", "main")
+
+
+def test_megatron_lm_releases_numbered_as_megatron_core_take_the_megatron_core_profiles():
+    # Megatron-LM tags v0.11.0 (2025-03-14) .. v0.15.3 and core_r0.x / core_v0.x are the
+    # Megatron-Core they ship; its own releases were v1.0 (2020) .. v2.6 (2021)
+    got = release_match_for("megatron-lm", "core_r0.12.0")
+    assert got.stack.name == "megatron-core-0.12"
+    assert got.note == "megatron-lm core_r0.12.0 is a Megatron-Core release: megatron-core-0.12, the profile that lists it"
+    assert release_match_for("megatron-lm", "0.15.3").stack.name == "megatron-core"
+    assert release_match_for("megatron-lm", "2022").stack.name == "megatron-lm-2022"
+    # a container image reference names its tag
+    assert release_match_for("nemo", "nvcr.io/nvidia/nemo:24.09").stack.name == "nemo-24.09"
+    # Megatron-Bridge's library releases name the containers that ship them (25.09 = 0.1.0rc3 ...
+    # 26.08 = 0.6.0); one between two takes the earlier
+    assert release_match_for("megatron-bridge", "v0.6.0").stack.name == release_match_for("megatron-bridge", "26.08").stack.name
+    assert release_match_for("megatron-bridge", "0.4.2").stack.name == "megatron-bridge-26.04.01"
+    assert release_match_for("megatron-bridge", "0.4.1").stack.name == "megatron-bridge-26.04"
 
 
 def _training_row(version: str) -> dict:

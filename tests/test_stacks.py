@@ -141,9 +141,9 @@ def test_stack_for_errors_name_the_field_and_list_what_is_known():
     with pytest.raises(InputError, match=r"^framework: not stated, so no software stack applies \(name one of: deepspeed"):
         stack_for(float("nan"), None)
     # a release numbered unlike every profile, of a framework with no default profile
-    with pytest.raises(InputError, match=r"^framework_version: no megatron-lm stack for version 'core_r0.5.0' "
+    with pytest.raises(InputError, match=r"^framework_version: no megatron-lm stack for version 'main' "
                                          r"\(known: 2019, 2021, 2022\)"):
-        stack_for("megatron-lm", "core_r0.5.0")
+        stack_for("megatron-lm", "main")
     with pytest.raises(InputError, match=r"^framework_version: megatron-lm needs a version"):
         stack_for("megatron-lm", None)
     # NeMo's one profile takes rows that do not state the version (noted in their assumptions)

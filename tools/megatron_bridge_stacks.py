@@ -180,6 +180,13 @@ YARN_ROPE_25_09 = {
 }
 
 
+def library_releases(containers: list[str], path: Path = CSV) -> list[str]:
+    """The Megatron-Bridge releases the NeMo ``containers`` ship, as the presets file's ``tag``
+    column records them (25.09 -> 0.1.0rc3, ..., 26.08 -> 0.6.0)."""
+    tags = {row["container"]: row["tag"].lstrip("v") for row in read_rows(path)}
+    return [tags[c] for c in containers if c in tags]
+
+
 def main() -> int:
     base = yaml.safe_load((STACKS / "megatron-bridge.yaml").read_text())
     primary = primary_rows(read_rows())
@@ -190,7 +197,9 @@ def main() -> int:
         doc = OrderedDict()
         doc["name"] = name
         doc["framework"] = "megatron-bridge"
-        doc["versions"] = versions
+        # the containers, then the Megatron-Bridge library releases they ship (the presets' tags,
+        # without the leading v): a source may state either
+        doc["versions"] = versions + library_releases(versions)
         doc["description"] = (f"Megatron-Bridge performance recipes (NeMo containers {', '.join(versions)}): "
                               "Megatron-Core distributed optimizer with 128Mi-element buckets overlapped with "
                               "compute, gradients reduced in bf16, sequence parallelism with TP, Transformer "
