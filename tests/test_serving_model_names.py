@@ -26,7 +26,7 @@ def test_checkpoint_names_resolve_to_their_architecture(model_path, preset):
     assert model_preset_for(model_path) == preset
 
 
-@pytest.mark.parametrize("model_path", ["deepseek-ai/DeepSeek-V3.2-Exp", "Qwen/Qwen3-8B", "foo/bar", "", None])
+@pytest.mark.parametrize("model_path", ["deepseek-ai/DeepSeek-V3.2-Exp", "Qwen/Qwen3-VL-8B-Instruct", "foo/bar", "", None])
 def test_other_architectures_resolve_to_nothing(model_path):
     """V3.2 adds a sparse-attention indexer: not V3's architecture, so not matched by name."""
     assert model_preset_for(model_path) is None

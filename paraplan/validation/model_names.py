@@ -16,9 +16,10 @@ import re
 from hardware_specs.errors import InputError
 from model_specs.catalog import load_preset
 
-#: a checkpoint's name beyond its model's: instruction or chat tuning, a quantised export, a dated
-#: release (``-0528``, ``-2507``) and the like change the weights, not the architecture
-CHECKPOINT_SUFFIX = re.compile(r"[-_. ](instruct|chat|base|hf|it|fp8|fp4|nvfp4|mxfp4|int4|w4a16|w8a8|awq|gptq|"
+#: a checkpoint's name beyond its model's: instruction or chat tuning, a quantised export, the 16-bit
+#: release named as such (NVIDIA's ``-BF16``), a dated release (``-0528``, ``-2507``) and the like change
+#: the weights, not the architecture
+CHECKPOINT_SUFFIX = re.compile(r"[-_. ](instruct|chat|base|hf|it|bf16|fp8|fp4|nvfp4|mxfp4|int4|w4a16|w8a8|awq|gptq|"
                                r"thinking|dynamic|block|\d{4}|v\d+(?:\.\d+)*)$", re.IGNORECASE)
 
 
