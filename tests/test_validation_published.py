@@ -244,24 +244,23 @@ def _fit_share(rows):
 def test_published_runs_fit_in_their_gpus_memory(results):
     """Every published run ran, so its configuration fit in its GPUs' memory: the share of
     predicted rows the memory model says fit is a check of the memory model on data. Measured
-    (2026-12-07): all predicted rows 97.0% (1,308 of 1,348; 96.8%, 1,316 of 1,359, before the 11
-    Nemotron-4 MFU rows of DGX Cloud whose FLOP count disagrees with their own step time were
-    skipped; 96.4% on 2026-12-05, 97.0% before ZeRO-3's buffers held the computing layer's
-    unsharded gradient);
-    Megatron-Bridge 99.6% (230 of 231: 28.6% before the rows took their release presets'
-    distributed optimizer, recomputation and offloading, the bf16 gradient buffer and FP8-only
-    parameters; 94.4% before Megatron-Core >= 0.13's MoE probabilities inside the experts, stack
-    input moe_probs_in_expert, which fits its DeepSeek-V3 and Kimi K2 rows on GB200 / GB300),
-    vTrain and Korthikanti 100%, Narayanan 95.5%, BLOOM 92.9%, llm-foundry 89.1% (196 of 220;
-    the 24 rows over are 12 FSDP FULL_SHARD runs: activations and fp32 logits at large
-    micro-batches, and the layer's fp32 gradient in backward; 86.4% on 2026-12-05), DGX Cloud 88.9% (56 of 63; 86.5% with the
-    11 MFU rows). Row sets by source; each bound is the measured share less a margin,
-    so rows added to the shared file are bounded too."""
+    (2026-12-07, session 63): all predicted rows 99.1% (1,336 of 1,348; 97.0% before flash-attn's
+    fused loss held the logits and their 16-bit gradient rather than an fp32 softmax, and before
+    NeMo 24.09's dgxc runs kept a bf16 gradient buffer and FP8-only weights, both read from the
+    frameworks' code); Megatron-Bridge 99.6% (230 of 231: 28.6% before the rows took their
+    release presets' distributed optimizer, recomputation and offloading, the bf16 gradient
+    buffer and FP8-only parameters; 94.4% before Megatron-Core >= 0.13's MoE probabilities
+    inside the experts, stack input moe_probs_in_expert, which fits its DeepSeek-V3 and Kimi K2
+    rows on GB200 / GB300), vTrain and Korthikanti 100%, Narayanan 95.5%, BLOOM 92.9%,
+    llm-foundry 99.1% (218 of 220: 89.1% with the fp32 softmax copy; the 2 over are MPT-1B at
+    micro-batch 20 on H100), DGX Cloud 98.4% (62 of 63: 88.9% with the fp32 gradient buffer and
+    16-bit weights beside the FP8 copies). Row sets by source; each bound is the measured share
+    less a margin, so rows added to the shared file are bounded too."""
     ok = results[results.status == "ok"]
     assert len(ok) >= 1348
-    assert _fit_share(ok) >= 0.95
+    assert _fit_share(ok) >= 0.97
     for source, bound in (("MBRIDGE", 0.97), ("VTRAIN", 0.99), ("KOR22", 0.99), ("NAR21", 0.9),
-                          ("LFOUNDRY", 0.85), ("DGXC2411", 0.83)):
+                          ("LFOUNDRY", 0.97), ("DGXC2411", 0.95)):
         rows = ok[ok.source == source]
         assert len(rows) >= 20, source
         assert _fit_share(rows) >= bound, (source, _fit_share(rows))
