@@ -33,7 +33,7 @@ def test_the_other_half_is_predicted_but_the_proxy_runs_without_a_vocabulary(res
 
 def test_the_other_half_within_its_bound(results):
     ok = results[results.status == "ok"]
-    assert ok.rel_error.abs().mean() <= 0.07           # 6.49% on 2026-12-07 (the Hopper refit); 7.12% (7.22% before the sends' placement and overlap)
+    assert ok.rel_error.abs().mean() <= 0.07           # 6.21% in session 63 (the dgxc runs' bf16 gradient buffer and FP8 weights); 6.49% on 2026-12-07 (the Hopper refit); 7.12% (7.22% before the sends' placement and overlap)
 
 
 @pytest.mark.parametrize("model, rows, bound", [
