@@ -13,8 +13,8 @@ def pytest_make_collect_report(collector):
     Collecting ~300 test modules imports numpy, pandas, scipy and the whole package and rewrites
     every module's asserts; the allocations of the rewrite trigger full collections that walk all
     those long-lived objects again and again. Freezing them after each module took a worker's
-    collection from 18.3 s to 11.3 s on the 2-core CI machine (and the whole suite from 231 s to
-    211 s), with the same tests collected and run."""
+    collection from 18.3 s to 11.3 s on a 2-core VM (and the whole suite from 231 s to 204 s),
+    with the same tests collected and run."""
     yield
     gc.freeze()
 
