@@ -12,8 +12,8 @@ when the profile was not listed for the release:
 
 * a listed (or covered) release: that profile, no note;
 * otherwise the profile of the newest listed release before it, of the same numbering scheme
-  (years such as ``2022`` and release numbers such as ``0.12`` or ``24.09`` are not compared with
-  each other);
+  (years such as ``2022``, container tags such as ``24.09`` and release numbers such as ``0.12``
+  are not compared with each other);
 * a release older than every listed one: the oldest profile, noted as such;
 * a release that starts with no number (``main``), or whose numbering no profile shares: the
   framework's profile marked ``default_when_version_unstated``, or its only profile; with
@@ -35,6 +35,11 @@ _RELEASE = re.compile(r"v?\d+(?:\.\d+)*(?:[.\-_]?(?:a|b|c|rc|alpha|beta|pre|prev
                       r"(?:\+[a-z0-9]+(?:[.\-_][a-z0-9]+)*)?", re.IGNORECASE)
 #: a first component this large is a year (Megatron-LM 2021), not a release number (0.12, 24.09)
 _YEAR_FROM = 1000
+#: a first component from this up is a container's year-month tag (NeMo 24.09, Megatron-Bridge
+#: 26.08), not a library release (Megatron-Bridge 0.6.0, vLLM 0.12, PyTorch 2.13): a profile
+#: listing both (Megatron-Bridge's containers and the library releases they ship) compares each
+#: with its own kind
+_CONTAINER_FROM = 20
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,9 @@ def looks_like_release(version) -> bool:
 
 
 def _scheme(numbers: tuple[int, ...]) -> str:
-    return "year" if numbers[0] >= _YEAR_FROM else "release"
+    if numbers[0] >= _YEAR_FROM:
+        return "year"
+    return "container" if numbers[0] >= _CONTAINER_FROM else "release"
 
 
 def match_release(stacks: Sequence[StackSpec], framework: str, version) -> ReleaseMatch | None:

@@ -618,9 +618,10 @@ _COVERED_AFTER = (".", "-", "+", "rc")
 
 
 #: how sources write a release around its number: a container image reference
-#: (``nvcr.io/nvidia/nemo:24.09``: the tag after the last ``:``) and Megatron-LM's git tags of
+#: (``nvcr.io/nvidia/nemo:24.09``: a tag after the last ``:`` that reads as a dotted release; not
+#: a digest, ``@sha256:...``, nor ``commit:1234abc``) and Megatron-LM's git tags of
 #: Megatron-Core releases (``core_r0.9.0``, ``core_v0.12.0``)
-_RELEASE_WRAPPING = re.compile(r"^(?:.*:)?(?:core[_-]?[rv](?=\d))?")
+_RELEASE_WRAPPING = re.compile(r"^(?:[^@\s]*:(?=v?\d+(?:\.\d+)+))?(?:core[_-]?[rv](?=\d))?")
 
 
 def release_parts(version) -> tuple[tuple[int, ...] | None, str]:

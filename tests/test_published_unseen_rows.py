@@ -112,8 +112,8 @@ def test_precision_spellings_read_as_their_precision_and_others_name_the_precisi
         assert got[name]["status"] == "ok", got[name]["reason"]
         assert got[name]["predicted"] == got["base"]["predicted"], name
     assert got["e4m3"]["status"] == "skipped"
-    assert got["e4m3"]["reason"] == ("dtype_norm 'e4m3' is not a precision (one of fp16, bf16, fp8, mxfp8, nvfp4, "
-                                     "fp32, tf32)")
+    assert got["e4m3"]["reason"] == ("dtype_norm 'e4m3' is not a precision (one of fp32, tf32, bf16, fp16, fp8, "
+                                     "mxfp8, nvfp4)")
     bf = _results(tmp_path, bundled, LLAMA_405B, {"bf16": {"dtype_norm": "bf16"}, "bfloat16": {"dtype_norm": "bfloat16"}})
     assert bf["bfloat16"]["status"] == "ok" and bf["bfloat16"]["predicted"] == bf["bf16"]["predicted"]
 
@@ -154,3 +154,19 @@ def test_a_predicted_row_the_memory_model_says_cannot_fit_is_flagged_in_the_tabl
     table = CliRunner().invoke(main, ["validate", "published", str(path)]).output
     assert ("note: 1 predicted row ran, yet the memory model says it does not fit in the GPU's memory (fits false "
             "in --json/--csv; the step is priced as laid out): MBRIDGE 1") in table
+
+
+def test_a_name_found_as_a_checkpoint_is_the_catalog_preset_whatever_the_working_directory_holds(
+        tmp_path, bundled, monkeypatch):
+    # a folder named like the preset (llama3.1-405b/ with another model's config.json) is not the
+    # preset a Hugging Face id names: the id is looked up in the catalog only
+    folder = tmp_path / "llama3.1-405b"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        '{"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, '
+        '"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 512, '
+        '"vocab_size": 1000, "max_position_embeddings": 2048}')
+    monkeypatch.chdir(tmp_path)
+    got = _results(tmp_path, bundled, LLAMA_405B, {"hf_id": {"model": "meta-llama/Llama-3.1-405B"}})
+    assert got["hf_id"]["status"] == "ok", got["hf_id"]["reason"]
+    assert got["hf_id"]["predicted"] == got["base"]["predicted"]

@@ -191,3 +191,21 @@ def test_covers_compares_the_numbers_then_what_follows_them(listed, version, cov
     stack = replace(load_stack("megatron-bridge-26.04"), versions=(listed,))
     assert stack.covers(version) is covered
     assert stack.lists(version) is listed_as_is
+
+
+@pytest.mark.parametrize("text, numbers", [
+    ("sha256:0a1b", None), ("commit:1234abc", None), ("nvcr.io/nvidia/nemo@sha256:24ab9f", None),
+    ("24.09:latest", (24, 9)), ("nemo:25.04.01", (25, 4, 1)),
+])
+def test_only_an_image_tag_that_reads_as_a_release_is_taken_from_after_a_colon(text, numbers):
+    # a digest or a commit after ':' is no release (the framework's default profile, as before)
+    assert release_numbers(text) == numbers
+
+
+def test_container_tags_and_library_releases_are_compared_each_with_its_own_kind():
+    # Megatron-Bridge's profiles list containers (25.09 .. 26.08) and the library releases they
+    # ship (0.1.0rc3 .. 0.6.0): a container older than every profile is not 'after' 0.6.0
+    got = release_match_for("megatron-bridge", "25.07")
+    assert got.stack.name == "megatron-bridge-25.09"
+    assert "older than every profile" in got.note
+    assert release_match_for("megatron-bridge", "1.0.0").stack.name == release_match_for("megatron-bridge", "26.08").stack.name

@@ -239,7 +239,8 @@ def summary_text(results, summary, list_skipped: bool) -> str:
                    "alike), reason, source (the run_id's text before its first '-', e.g. KOR22 for "
                    "KOR22-T5-22B; the grouping of the table and of --cross-validate's held-out fits; "
                    "'(no run_id)' for an empty one), efficiency_fitted (false: predicted with an unfitted efficiency "
-                   "prior, marked * in the table), assumptions.")
+                   "prior, marked * in the table), assumptions, fits (false: the memory model finds no room for the "
+                   "run as laid out, though it ran).")
 @click.option("--csv", "as_csv", is_flag=True, help="The same rows as a CSV table.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="Write the output to this file (atomically) instead of stdout.")

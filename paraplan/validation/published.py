@@ -74,6 +74,7 @@ from hardware_specs.catalog import DEFAULT_TRAINING_STACK, generic_cluster, load
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError, not_a_file
 from hardware_specs.placement import placed_cluster
+from hardware_specs.gpu_spec import KNOWN_DTYPES
 from hardware_specs.stack_presets import Layout, memory_savings_of_layout
 from model_specs.model_spec import ModelSpec
 from paraplan.validation.csv_structure import (SHORT_ROW_COLUMN, check_csv_structure, header_names, id_text,
@@ -111,7 +112,7 @@ SYSTEM_FOR_GPU = {
 
 #: the precisions a row's ``dtype_norm`` names (validation README: fp16, bf16, fp8, mxfp8, nvfp4;
 #: and the full-precision runs of older GPUs)
-TRAINING_DTYPES = ("fp16", "bf16", "fp8", "mxfp8", "nvfp4", "fp32", "tf32")
+TRAINING_DTYPES = KNOWN_DTYPES
 #: other spellings of those precisions (PyTorch dtype names; llm-foundry's ``precision`` values)
 DTYPE_SPELLINGS = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
                    "amp_bf16": "bf16", "amp_fp16": "fp16", "amp_fp8": "fp8"}

@@ -13,7 +13,7 @@ import numpy as np
 
 from cost_models.params import total_params
 from hardware_specs.errors import InputError, as_float, digits_text
-from model_specs.catalog import load_model
+from model_specs.catalog import load_model, load_preset
 from model_specs.model_spec import ModelSpec
 from paraplan.validation.model_names import preset_named
 
@@ -166,7 +166,7 @@ def _preset_for(row) -> ModelSpec:
     for candidate in (name, name.split(" ")[0] if name else ""):
         found = preset_named(candidate) if candidate else None
         if found is not None:
-            return _named_preset(found)
+            return _catalog_preset(found)
     if _int(row, "layers") is not None:
         raise Skip(f"a mixture-of-experts row needs its model's preset (expert width, shared experts and "
                    f"leading dense layers are not columns of the file), and no model preset is named '{name}'")
@@ -183,6 +183,13 @@ def _directly_named_preset(row) -> ModelSpec | None:
             if preset is not None:
                 return preset
     return None
+
+
+@lru_cache(maxsize=None)
+def _catalog_preset(name: str) -> ModelSpec:
+    """The catalog's preset ``name`` (by name only: a file or folder of that name in the working
+    directory is never it; memoised)."""
+    return load_preset(name)
 
 
 @lru_cache(maxsize=None)
