@@ -581,7 +581,7 @@ def serving_stack_for(framework: str, version: str | None = None) -> StackSpec:
 
 def serving_frameworks() -> set[str]:
     """The frameworks (lower case) that have serving stacks: what ``-b`` names besides a stack."""
-    return {_framework_key(load_stack(n).framework) for n in _entries("stacks") if load_stack(n).serving is not None}
+    return {framework_key(load_stack(n).framework) for n in _entries("stacks") if load_stack(n).serving is not None}
 
 
 def serving_release_match(framework: str, version: str | None = None) -> ReleaseMatch:
@@ -593,7 +593,7 @@ def serving_release_match(framework: str, version: str | None = None) -> Release
     known ones."""
     key = str(framework).strip().lower()
     candidates = [load_stack(n) for n in sorted(_entries("stacks"))]
-    candidates = [s for s in candidates if s.serving is not None and _framework_key(s.framework) == _framework_key(key)]
+    candidates = [s for s in candidates if s.serving is not None and framework_key(s.framework) == framework_key(key)]
     if not candidates:
         known = sorted({load_stack(n).framework for n in _entries("stacks") if load_stack(n).serving is not None})
         raise InputError("backend", f"no serving stack for framework '{framework}'", suggest(key, known))
@@ -693,14 +693,9 @@ _FRAMEWORK_FULL_NAMES = {"tensorrtllm": "trtllm"}
 
 
 def framework_key(name) -> str:
-    """A framework or serving backend name as the stack catalog matches it (``_framework_key``):
-    ``vLLM``, ``TensorRT-LLM`` and ``trt_llm`` give ``vllm``, ``trtllm`` and ``trtllm``."""
-    return _framework_key(name)
-
-
-def _framework_key(name: str) -> str:
-    """A framework name as matched: case, spaces, '-' and '_' ignored (``Megatron_LM`` is
-    ``megatron-lm``), and ``TensorRT-LLM`` is ``trtllm`` (``_FRAMEWORK_FULL_NAMES``)."""
+    """A framework or serving backend name as the stack catalog matches it: case, spaces, '-' and
+    '_' ignored (``Megatron_LM`` is ``megatron-lm``, ``vLLM`` is ``vllm``), and ``TensorRT-LLM``
+    is ``trtllm`` (``_FRAMEWORK_FULL_NAMES``)."""
     key = "".join(ch for ch in str(name).strip().lower() if ch not in " -_")
     return _FRAMEWORK_FULL_NAMES.get(key, key)
 
@@ -746,7 +741,7 @@ def release_match_for(framework: str, version: Any = None) -> ReleaseMatch:
     if match is not None:
         return match
     stacks, by_framework = _stacks_indexed(stamped)
-    mine = by_framework.get(_framework_key(fw), ())
+    mine = by_framework.get(framework_key(fw), ())
     if not mine:
         raise InputError("framework", f"no software stack for framework {framework!r}",
                          suggest(fw, sorted({s.framework for s in stacks})))
@@ -761,12 +756,12 @@ def release_match_for(framework: str, version: Any = None) -> ReleaseMatch:
 @lru_cache(maxsize=16)
 def _stacks_indexed(stamped: tuple[tuple[str, float], ...]) -> tuple[tuple[StackSpec, ...], MappingProxyType]:
     """The catalog's stacks (``stamped``: (path, mtime) in name order) and, read-only, each
-    framework key (``_framework_key``) -> its stacks in that order: built once per catalog state
+    framework key (``framework_key``) -> its stacks in that order: built once per catalog state
     rather than once per ``release_match_for`` call (validation asks for every row)."""
     stacks = tuple(_load_stack_cached(path, mtime) for path, mtime in stamped)
     by_framework: dict[str, tuple[StackSpec, ...]] = {}
     for s in stacks:
-        k = _framework_key(s.framework)
+        k = framework_key(s.framework)
         by_framework[k] = by_framework.get(k, ()) + (s,)
     return stacks, MappingProxyType(by_framework)
 
@@ -778,11 +773,11 @@ def _release_match_cached(stamped: tuple[tuple[str, float], ...], fw: str, key: 
     nothing matches (the caller raises the error). A pure function of its arguments (the stack
     files' contents are keyed by their mtimes), so memoised."""
     by_framework = _stacks_indexed(stamped)[1]
-    mine = by_framework.get(_framework_key(fw), ())
+    mine = by_framework.get(framework_key(fw), ())
     if not mine:
         return None
     numbers = release_numbers(key) if key is not None else None
-    if _framework_key(fw) == "megatronlm" and numbers is not None and numbers[0] == 0:
+    if framework_key(fw) == "megatronlm" and numbers is not None and numbers[0] == 0:
         # Megatron-LM's releases since 2025 (v0.11.0, core_r0.x / core_v0.x tags) are numbered as
         # the Megatron-Core they ship (NVIDIA/Megatron-LM tags v0.11.0 2025-03-14, v0.15.3
         # 2026-02-06; its own releases were v1.0-v2.6, 2020-2021): the megatron-core profiles

@@ -37,12 +37,12 @@ def check_release(backend: Any, backend_version: str | None, spell: Spell = keyw
     was ignored."""
     if backend_version is None:
         return
-    from hardware_specs.catalog import _framework_key, _unstated, serving_frameworks
+    from hardware_specs.catalog import framework_key, _unstated, serving_frameworks
     if _unstated(backend_version):
         raise InputError(spell("backend_version"), f"{backend_version!r} names no release",
                          f"give a release such as 0.11.0, or leave {spell('backend_version')} out for the newest "
                          "profile")
-    if isinstance(backend, str) and _framework_key(backend) not in serving_frameworks() and names_a_stack(backend):
+    if isinstance(backend, str) and framework_key(backend) not in serving_frameworks() and names_a_stack(backend):
         raise InputError(spell("backend_version"), f"{spell('backend')} {backend} names one stack profile, so a "
                          "release cannot choose among profiles",
                          f"pass the framework ({spell('backend')} vllm, sglang or trtllm) with "

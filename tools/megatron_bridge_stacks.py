@@ -180,16 +180,17 @@ YARN_ROPE_25_09 = {
 }
 
 
-def library_releases(containers: list[str], path: Path = CSV) -> list[str]:
+def library_releases(containers: list[str], rows: list[dict]) -> list[str]:
     """The Megatron-Bridge releases the NeMo ``containers`` ship, as the presets file's ``tag``
-    column records them (25.09 -> 0.1.0rc3, ..., 26.08 -> 0.6.0)."""
-    tags = {row["container"]: row["tag"].lstrip("v") for row in read_rows(path)}
+    column (``rows``) records them (25.09 -> 0.1.0rc3, ..., 26.08 -> 0.6.0)."""
+    tags = {row["container"]: row["tag"].lstrip("v") for row in rows}
     return [tags[c] for c in containers if c in tags]
 
 
 def main() -> int:
     base = yaml.safe_load((STACKS / "megatron-bridge.yaml").read_text())
-    primary = primary_rows(read_rows())
+    rows = read_rows()
+    primary = primary_rows(rows)
     for old in STACKS.glob("megatron-bridge*.yaml"):
         old.unlink()
     for versions, entries in groups(primary):
@@ -199,7 +200,7 @@ def main() -> int:
         doc["framework"] = "megatron-bridge"
         # the containers, then the Megatron-Bridge library releases they ship (the presets' tags,
         # without the leading v): a source may state either
-        doc["versions"] = versions + library_releases(versions)
+        doc["versions"] = versions + library_releases(versions, rows)
         doc["description"] = (f"Megatron-Bridge performance recipes (NeMo containers {', '.join(versions)}): "
                               "Megatron-Core distributed optimizer with 128Mi-element buckets overlapped with "
                               "compute, gradients reduced in bf16, sequence parallelism with TP, Transformer "

@@ -73,8 +73,8 @@ import pandas as pd
 from hardware_specs.catalog import DEFAULT_TRAINING_STACK, generic_cluster, load_cluster, load_gpu, load_stack, release_match_for
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError, not_a_file
-from hardware_specs.placement import placed_cluster
 from hardware_specs.gpu_spec import KNOWN_DTYPES
+from hardware_specs.placement import placed_cluster
 from hardware_specs.stack_presets import Layout, memory_savings_of_layout
 from model_specs.model_spec import ModelSpec
 from paraplan.validation.csv_structure import (SHORT_ROW_COLUMN, check_csv_structure, header_names, id_text,
@@ -110,10 +110,8 @@ SYSTEM_FOR_GPU = {
     "tpu-v4": "tpu-v4-pod",
 }
 
-#: the precisions a row's ``dtype_norm`` names (validation README: fp16, bf16, fp8, mxfp8, nvfp4;
-#: and the full-precision runs of older GPUs)
-TRAINING_DTYPES = KNOWN_DTYPES
-#: other spellings of those precisions (PyTorch dtype names; llm-foundry's ``precision`` values)
+#: other spellings of the precisions a row's ``dtype_norm`` names (``gpu_spec.KNOWN_DTYPES``): PyTorch's
+#: dtype names, llm-foundry's ``precision`` values
 DTYPE_SPELLINGS = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
                    "amp_bf16": "bf16", "amp_fp16": "fp16", "amp_fp8": "fp8"}
 
@@ -247,7 +245,14 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
     assumptions: list[str] = []
     preset = None
     if _str(row, "moe_experts") or _str(row, "moe_topk") or _int(row, "layers") is None:
-        preset = _preset_for(row)
+        try:
+            preset = _preset_for(row)
+        except Skip:
+            if _int(row, "layers") is None:
+                raise
+            raise Skip("a mixture-of-experts row needs its model's preset (expert width, shared experts and leading "
+                       f"dense layers are not columns of the file), and no model preset is named "
+                       f"'{_str(row, 'model').split('(')[0].strip()}'") from None
         assumptions.append(f"architecture from preset {preset.name}")
     needed = {"layers": _int(row, "layers"), "hidden": _int(row, "hidden"), "heads": _int(row, "heads"),
               "seq_len": _int(row, "seq_len"), "vocab": _int(row, "vocab"), "n_gpus": _int(row, "n_gpus"),
@@ -482,8 +487,8 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
                            f"{per_domain // cluster.launch_gpus_per_host} hosts, hardware_specs.placement)")
     stated_zero = _int(row, "zero_norm", minimum=0)
     dtype = DTYPE_SPELLINGS.get(_enum(row, "dtype_norm"), _enum(row, "dtype_norm"))
-    if dtype and dtype not in TRAINING_DTYPES:
-        raise Skip(f"dtype_norm '{_str(row, 'dtype_norm')}' is not a precision (one of {', '.join(TRAINING_DTYPES)})")
+    if dtype and dtype not in KNOWN_DTYPES:
+        raise Skip(f"dtype_norm '{_str(row, 'dtype_norm')}' is not a precision (one of {', '.join(KNOWN_DTYPES)})")
     if not dtype:
         layout = Layout(n_gpus=n, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
                         fsdp=stated_zero == 3)

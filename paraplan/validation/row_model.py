@@ -158,7 +158,7 @@ def _preset_for(row) -> ModelSpec:
     """The model preset the ``model`` column names: the name before any parenthesis, then its
     first word; else as a checkpoint's or Hugging Face id's name (``model_names.preset_named``:
     ``meta-llama/Llama-3.1-405B``, ``Qwen3-30B-A3B-Base``, ``Meta-Llama-3.1-70B-Instruct``).
-    ``Skip`` when none matches, saying why the row needed one."""
+    ``Skip`` when none matches."""
     preset = _directly_named_preset(row)
     if preset is not None:
         return preset
@@ -167,9 +167,6 @@ def _preset_for(row) -> ModelSpec:
         found = preset_named(candidate) if candidate else None
         if found is not None:
             return _catalog_preset(found)
-    if _int(row, "layers") is not None:
-        raise Skip(f"a mixture-of-experts row needs its model's preset (expert width, shared experts and "
-                   f"leading dense layers are not columns of the file), and no model preset is named '{name}'")
     raise Skip(f"architecture not in the row and no model preset named '{name}'")
 
 

@@ -134,7 +134,7 @@ from model_specs.catalog import load_model, load_preset
 from paraplan.validation.csv_structure import (SHORT_ROW_COLUMN, check_csv_structure, header_names, id_text,
                                                mark_short_rows, strip_header)
 from paraplan.validation.model_names import preset_named
-from simulator.serving.aggregated import memory_columns
+from simulator.serving.aggregated import memory_columns, no_room_reason
 from simulator.serving.checkpoints import checkpoint_names_fp8_kv, names_expert_checkpoint, stored_formats
 from simulator.serving.context import ServingContext
 from simulator.serving.disaggregated import prefill_memory
@@ -667,7 +667,6 @@ def _no_room(ctx: ServingContext, mode: str, members: list[_Row]) -> list[str]:
     whole prompts (``disaggregated.prefill_memory``)."""
     col = lambda k: np.array([m.values[k] for m in members], dtype=float)   # noqa: E731
     isl, osl = col("isl"), col("osl")
-    gib = 2.0 ** 30
     sides = []
     if mode == "agg":
         sides.append(("", memory_columns(ctx, col("tp"), col("adp"), col("pp"), col("moe_tp"), col("moe_ep"), isl, osl)))
@@ -680,14 +679,10 @@ def _no_room(ctx: ServingContext, mode: str, members: list[_Row]) -> list[str]:
     out = [""] * len(members)
     for i in range(len(members)):
         for side, mem in sides:
-            if mem["kv_pool_bytes"][i] <= 0:
-                out[i] = (f"{side}the weights ({mem['weights_bytes'][i] / gib:.1f} GiB per GPU) leave no room for a "
-                          f"KV cache on {ctx.cluster.gpu.name}: the layout cannot serve the model")
-            elif mem["max_batch_per_rank"][i] < 1:
-                out[i] = (f"{side}not even one request fits: its KV cache needs "
-                          f"{mem['kv_bytes_per_request'][i] / gib:.1f} GiB per GPU and "
-                          f"{mem['kv_pool_bytes'][i] / gib:.1f} GiB is free")
-            if out[i]:
+            why = no_room_reason(mem, i, ctx.cluster.gpu.name)
+            if why:
+                # the weights' case says what it means for the row: the layout cannot serve
+                out[i] = side + why + (": the layout cannot serve the model" if mem["kv_pool_bytes"][i] <= 0 else "")
                 break
     return out
 

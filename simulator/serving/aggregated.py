@@ -136,6 +136,20 @@ def memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl, token_budget=None
 
 
 
+def no_room_reason(mem, i: int, gpu_name: str) -> str:
+    """Why row ``i`` of a ``memory_columns`` result (or of an evaluation carrying its columns)
+    cannot serve at all, else "": the weights leave no KV cache on a GPU of ``gpu_name``, or not
+    even one request's KV cache fits in what is left. ``serve simulate`` refuses both, and
+    ``validate serving`` skips such a row."""
+    gib = 2.0 ** 30
+    if mem["kv_pool_bytes"][i] <= 0:
+        return f"the weights ({mem['weights_bytes'][i] / gib:.1f} GiB per GPU) leave no room for a KV cache on {gpu_name}"
+    if mem["max_batch_per_rank"][i] < 1:
+        return (f"not even one request fits: its KV cache needs {mem['kv_bytes_per_request'][i] / gib:.1f} GiB per "
+                f"GPU and {mem['kv_pool_bytes'][i] / gib:.1f} GiB is free")
+    return ""
+
+
 def queue_wait_s(u, service_s):
     """(mean, 90th percentile) wait of a G/D/1 queue of utilisation ``u`` with Poisson-like
     arrivals (Allen-Cunneen)."""

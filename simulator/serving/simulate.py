@@ -14,7 +14,7 @@ from cost_models.weight_formats import scale_block, slice_holds_whole_blocks
 from hardware_specs.errors import InputError
 from simulator.serving.context import ServingContext
 from simulator.serving.deployment import Deployment, WorkerLayout, placement_error, refuse_too_many_gpus
-from simulator.serving.aggregated import memory_columns
+from simulator.serving.aggregated import memory_columns, no_room_reason
 from simulator.serving.disaggregated import largest_prefill_batch
 from simulator.serving.evaluate import evaluate_agg_columns, evaluate_disagg_columns
 
@@ -220,18 +220,15 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
             _refuse_prefill_batch(ctx, dep)
     n_fit = float(out["max_batch_per_rank"][0])
     if require_fit and (out["kv_pool_bytes"][0] <= 0 or batch_lay.batch > n_fit):
+        no_room = no_room_reason(out, 0, ctx.cluster.gpu.name)
         if out["kv_pool_bytes"][0] <= 0:
-            raise InputError(field_name.replace("batch", "tp"), f"the weights ({out['weights_bytes'][0] / 2**30:.1f} GiB per "
-                             f"GPU) leave no room for a KV cache on {ctx.cluster.gpu.name}",
-                             "raise tp / pp / moe-ep, or use a smaller weight format")
+            raise InputError(field_name.replace("batch", "tp"), no_room, "raise tp / pp / moe-ep, or use a smaller weight format")
         # the KV one request holds as the stack admits it (memory_columns: isl + osl / 2, or
         # isl + osl where the engine reserves whole requests)
         per_req = float(out["kv_bytes_per_request"][0])
         fp8_hint = ", or --kv-cache-dtype fp8" if ctx.kv_bytes > 1.0 else ""
         if n_fit < 1:
-            raise InputError(field_name, f"not even one request fits: its KV cache needs {per_req / 2**30:.1f} GiB "
-                             f"per GPU and {out['kv_pool_bytes'][0] / 2**30:.1f} GiB is free",
-                             f"shorten --isl/--osl, raise tp/pp{fp8_hint}")
+            raise InputError(field_name, no_room, f"shorten --isl/--osl, raise tp/pp{fp8_hint}")
         # the stack's cap on running requests can bind before the KV pool does (memory_columns)
         kv_fit = int(out["kv_pool_bytes"][0] // max(per_req, 1.0))
         limit = (f"so at most {int(n_fit)} fit" if kv_fit <= n_fit else
