@@ -240,7 +240,7 @@ def in_flight_microbatches(pp, vpp, num_microbatches, schedule_is_gpipe=False):
 
 def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, full_precision=False,
                       copy_bytes=None, moment_bytes=4.0, grad_bytes=GRAD_BYTES, fp8_param_gather=False,
-                      zero3_master_params=False):
+                      zero3_master_params=False, master_bytes=4.0):
     """(weights, gradients, optimizer) bytes on one GPU for ``params_local`` parameters.
 
     ``full_precision`` (fp32 training): 4-byte weights and gradients and 8 bytes of Adam
@@ -277,6 +277,13 @@ def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, f
     shard beside the fp32 master). Only the 16-bit working shard goes: quantised copies
     (``copy_bytes``) are counted as before; ZeRO-0/1/2 and fp32 training are unchanged (their
     weights are whole, or already one fp32 copy).
+
+    ``master_bytes`` (arrays allowed): bytes per parameter of the optimizer's master copy, 4 (an
+    fp32 copy: ``OPTIMIZER_BYTES`` = 4 + 2 x 4), 2 (Apex ``DistributedFusedAdam``'s int16 remainder
+    beside a bf16 weight, NVIDIA/apex@810ffae3 apex/contrib/optimizers/distributed_fused_adam.py
+    :447-453 ``param_remainders_shard``; or a bf16 master beside FP8 primary weights, ``:439-445``
+    ``params_shard`` in the optimizer's bf16), 0 (an optimizer in the weights' dtype keeps none,
+    ``store_params=False``). Ignored in fp32 training.
     """
     p = np.asarray(params_local, dtype=float)
     z = np.asarray(zero_stage)
@@ -287,7 +294,8 @@ def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, f
     quantised_only = np.asarray(fp8_param_gather, dtype=bool) & (copy_bytes > 0)
     no_16bit_shard = quantised_only | (np.asarray(zero3_master_params, dtype=bool) & (z >= 3))
     weight_bytes = np.where(no_16bit_shard, copy_bytes, WEIGHT_BYTES + copy_bytes)
-    optimizer_bytes = OPTIMIZER_BYTES - 2.0 * (4.0 - np.asarray(moment_bytes, dtype=float))
+    optimizer_bytes = (OPTIMIZER_BYTES - 2.0 * (4.0 - np.asarray(moment_bytes, dtype=float))
+                       - (4.0 - np.asarray(master_bytes, dtype=float)))
     grad_bytes = np.asarray(grad_bytes, dtype=float)
     if full_precision:
         weight_bytes, optimizer_bytes = 4.0, 2.0 * np.asarray(moment_bytes, dtype=float)

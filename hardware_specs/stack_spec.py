@@ -72,6 +72,8 @@ FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4", "none")
 #: in every other dtype (a stack whose fp16 gradients are traced and whose bf16 path is not:
 #: DeepSpeed's fp16 optimizers keep the 16-bit ``p.grad``, its BF16_Optimizer fp32 gradients).
 GRAD_BUFFERS = ("fp32", "reduce", "fp16_reduce")
+#: ``TrainingBehaviour.master_weights`` values: how the optimizer keeps the weights it updates
+MASTER_WEIGHTS = ("fp32", "bf16_remainder", "param_dtype")
 #: what a stack's selective activation checkpointing recomputes in each layer, by name
 #: (``TrainingBehaviour.selective_checkpoint``), as the recompute modules of
 #: ``cost_models.memory.RECOMPUTE_MODULES``: ``core_attn`` = Megatron's (the attention core only:
@@ -176,6 +178,7 @@ _TRAINING_CHOICES = (
     ("bf16_zero1_grad_reduce", ZERO3_GRAD_REDUCE, "value"),
     ("zero3_under_pipeline", ZERO3_UNDER_PIPELINE, "value"),
     ("grad_buffer", GRAD_BUFFERS, "value"),
+    ("master_weights", MASTER_WEIGHTS, "value"),
     ("context_parallel_kind", CP_KINDS, "flavour"),
     ("cp_allgather_backward", CP_ALLGATHER_BACKWARD, "value"),
     ("cross_entropy", CROSS_ENTROPY_IMPLS, "implementation"),
@@ -391,6 +394,19 @@ class TrainingBehaviour:
             (PyTorch FSDP / FSDP2 with a mixed-precision ``param_dtype``, which casts the fp32
             shard at the all-gather). False: a 16-bit shard beside the fp32 master (DeepSpeed
             ZeRO-3, Megatron-FSDP). Memory only (``memory.model_state_bytes``).
+        master_weights: how a mixed-precision optimizer keeps the weights it steps, one of
+            ``MASTER_WEIGHTS``: ``fp32`` = a 4-byte fp32 master copy beside fp32 Adam moments,
+            the 16-bit weights written from it by a separate copy (Megatron's
+            ``Float16OptimizerWithFloat16Params`` and distributed optimizer, DeepSpeed, FSDP's fp32
+            shards); ``bf16_remainder`` = Apex ``DistributedFusedAdam(store_param_remainders=True)``:
+            the bf16 parameter is the fp32 master's upper 16 bits and only a 2-byte int16
+            remainder is stored, stepped in one fused kernel (NVIDIA/apex@810ffae3
+            apex/contrib/optimizers/distributed_fused_adam.py:447-453, :2490-2565), which NeMo 1.x
+            picks for an fp32 optimizer over bf16 weights without FP8 primary weights (those keep
+            an fp32 copy, ``store_params=True``), fp16 runs keep fp32; ``param_dtype`` = the
+            optimizer runs in the parameters' dtype (NeMo ``optim.dtype: bf16``): 2-byte moments and
+            no master copy, or a bf16 one beside FP8 primary weights. Memory and the optimizer
+            step's bytes (``stack_defaults.master_weight_fields``).
         selective_checkpoint: what ``recompute: selective`` recomputes on this stack, one of
             ``SELECTIVE_CHECKPOINTS`` (Megatron's attention core, torchtitan's per-operation
             policy, or MaxText's save-the-projections policy); a plan that names
@@ -504,6 +520,7 @@ class TrainingBehaviour:
     offload_weight_bytes: float = 2.0
     fp8_param_gather: bool = False
     zero3_master_params: bool = False
+    master_weights: str = "fp32"
     cross_entropy: str = "megatron_unfused"
     context_parallel_kind: str = "ring"
     context_parallel_kinds: tuple = CP_KINDS

@@ -63,6 +63,13 @@ def zero2_reduced_once(batch: ConfigBatch):
         & ~fsdp_once_per_step(batch)
 
 
+def optimizer_moment_bytes(batch: ConfigBatch) -> np.ndarray:
+    """Bytes of each Adam moment per row: 2 where the stack keeps them in the 16-bit weights'
+    dtype (``moments_in_param_dtype``), else the plan's ``optimizer_moment_bytes``."""
+    return np.where(np.asarray(batch.moments_in_param_dtype, dtype=bool), 2.0,
+                    np.asarray(batch.optimizer_moment_bytes, dtype=float))
+
+
 def losses_held(batch: ConfigBatch) -> np.ndarray:
     """Per row, micro-batches whose loss the head's stage holds between its forward and its
     backward at once: GPipe runs all m forwards before any backward (Huang et al. 2019; the
@@ -122,7 +129,8 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     ``losses_held``); of those, what the head's backward frees before any layer of the stage
     recomputes (``loss_freed``, bytes: ``loss_freed_bytes``); the offloaded optimizer fraction
     (``off``); the uniform recomputation
-    group (``rc_group``, layers); the Adam moment bytes (``moments``); the gradient buffer's bytes
+    group (``rc_group``, layers); the Adam moment bytes (``moments``, ``optimizer_moment_bytes``)
+    and the master copy's (``master``); the gradient buffer's bytes
     per parameter (``grad_buffer``) and whether the quantised weights are the only ones
     (``fp8_param_gather``, 0/1) and whether a ZeRO-3 shard is the fp32 master only (``zero3_master``,
     0/1; all three for ``memory.model_state_bytes``); ``offload_ok`` (the cluster
@@ -230,8 +238,9 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
                  * held_loss_bytes_per_logit(batch.cross_entropy, rates.act_bytes, losses_held(batch), chunked),
                  loss_freed=loss_freed_bytes(batch, loss_tokens * model.vocab_size / tp, rates.act_bytes),
                  off=np.asarray(batch.offload_optimizer_fraction, dtype=float), rc_group=rc_group, zero=states_zero,
-                 moments=batch.optimizer_moment_bytes, grad_buffer=batch.grad_buffer_bytes,
-                 fp8_param_gather=batch.fp8_param_gather, zero3_master=batch.zero3_master_params)
+                 moments=optimizer_moment_bytes(batch), grad_buffer=batch.grad_buffer_bytes,
+                 fp8_param_gather=batch.fp8_param_gather, zero3_master=batch.zero3_master_params,
+                 master=batch.master_weight_bytes)
     out = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in terms.items()}
     # offload needs a host link, and a stack that offloads (``TrainingBehaviour.lacks``)
     out["offload_ok"] = np.broadcast_to((cluster.host is not None) & ~lacks_feature(batch.stack_lacks,
@@ -264,7 +273,7 @@ def static_lower_bound_bytes(model: ModelSpec, cluster: ClusterSpec, eff: Effici
     layer_p = (main_layers - moe_layers) * t["dense_p"] + moe_layers * t["moe_ne_p"]
     lp, fp, mom = t["low_precision"], t["full_precision"], t["moments"]
     held = dict(grad_bytes=t["grad_buffer"], fp8_param_gather=t["fp8_param_gather"],
-                zero3_master_params=t["zero3_master"])
+                zero3_master_params=t["zero3_master"], master_bytes=t["master"])
     states = [memory.model_state_bytes(layer_p, t["zero"], t["shard"], lp, fp, t["copy_bytes"], mom, **held),
               memory.model_state_bytes(t["emb_p"] + t["head_p"], t["zero"], t["shard"], lp, fp, 0.0, mom, **held),
               memory.model_state_bytes(moe_layers * t["moe_ex_p"], t["zero"], t["expert_shard"], lp, fp,

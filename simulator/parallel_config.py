@@ -89,7 +89,7 @@ BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather
                "pipeline_p2p_overlap", "pipeline_scatter_gather",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
                "zero3_grad_all_reduce", "zero1_grad_all_reduce", "fp8_param_gather", "zero3_master_params",
-               "moe_probs_in_expert", "ep_carved_from_dp",
+               "moments_in_param_dtype", "moe_probs_in_expert", "ep_carved_from_dp",
                "zero3_once_per_step", "kv_head_replication", "zero2_grad_last_microbatch",
                "zero2_gather_every_microbatch", "cp_allgather_saves_kv")
 #: non-negative integer fields (0 = not set)
@@ -353,6 +353,14 @@ class ParallelConfig:
         zero3_master_params: at ZeRO-3 the parameter shard is the fp32 master weight, no 16-bit
             shard is kept (PyTorch FSDP with a mixed-precision ``param_dtype``;
             ``cost_models.memory.model_state_bytes``); set by the stack. Memory only.
+        master_weight_bytes: bytes per parameter of the optimizer's master copy beside the
+            16-bit weight: 4 (an fp32 copy), 2 (Apex's bf16 remainder, or a bf16 copy beside FP8
+            primary weights), 0 (an optimizer in the weights' own dtype); set by the stack
+            (``simulator.stack_defaults.master_weight_fields``). Memory and the optimizer step's
+            bytes (``step_model.adam_step_bytes_per_param``); fp32 / tf32 runs ignore it.
+        moments_in_param_dtype: the Adam moments are kept in the 16-bit weights' dtype (2 bytes)
+            whatever ``optimizer_moment_bytes`` says (NeMo's ``optim.dtype: bf16``); set by the
+            stack.
         moe_probs_in_expert: the router probabilities scale the experts' activation output inside
             the expert (Megatron-Core >= 0.13), so the combine keeps no copy of the expert outputs
             (``cost_models.moe.moe_activation_bytes_per_layer``); set by the stack. Memory only.
@@ -460,6 +468,8 @@ class ParallelConfig:
     offload_weight_bytes: float = 2.0
     fp8_param_gather: bool = False
     zero3_master_params: bool = False
+    master_weight_bytes: float = 4.0
+    moments_in_param_dtype: bool = False
     moe_probs_in_expert: bool = False
     ep_carved_from_dp: bool = False
     kv_head_replication: bool = False
@@ -514,6 +524,9 @@ class ParallelConfig:
         if self.optimizer_moment_bytes not in (2, 4, 2.0, 4.0) or isinstance(self.optimizer_moment_bytes, bool):
             raise InputError("optimizer_moment_bytes", f"must be 2 or 4, got {self.optimizer_moment_bytes!r}")
         object.__setattr__(self, "optimizer_moment_bytes", float(self.optimizer_moment_bytes))
+        if self.master_weight_bytes not in (0, 2, 4, 0.0, 2.0, 4.0) or isinstance(self.master_weight_bytes, bool):
+            raise InputError("master_weight_bytes", f"must be 0, 2 or 4, got {self.master_weight_bytes!r}")
+        object.__setattr__(self, "master_weight_bytes", float(self.master_weight_bytes))
         if self.grad_reduce_bytes not in (2, 4, 2.0, 4.0) or isinstance(self.grad_reduce_bytes, bool):
             raise InputError("grad_reduce_bytes", f"must be 2 or 4, got {self.grad_reduce_bytes!r}")
         object.__setattr__(self, "grad_reduce_bytes", float(self.grad_reduce_bytes))

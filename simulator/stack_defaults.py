@@ -21,7 +21,7 @@ STACK_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_byte
                 "fp8_current_scaling", "zero3_persistence_elements", "collective_per_rank_copies",
                 "zero3_grad_all_reduce", "zero1_grad_all_reduce", "grad_buffer_bytes", "offload_weight_bytes",
                 "fp8_param_gather",
-                "zero3_master_params",
+                "zero3_master_params", "master_weight_bytes", "moments_in_param_dtype",
                 "selective_modules", "moe_probs_in_expert", "ep_carved_from_dp", "zero3_once_per_step", "kv_head_replication",
                 "zero2_grad_last_microbatch", "zero2_gather_every_microbatch", "cp_allgather_saves_kv", "stack_lacks")
 #: dtypes whose gradients a stack reduces as bf16 ones (FP8 recipes keep bf16 parameters)
@@ -37,6 +37,25 @@ def _accumulates_16bit_grads_in_fp32(dtype: str, grad_bytes: float) -> bool:
     forces and fp16 runs state (NVIDIA/Megatron-LM@d898a8991d megatron/arguments.py lines
     156-188). An fp32 / tf32 run has no 16-bit gradients (the flag stays off there)."""
     return dtype not in ("fp32", "tf32") and grad_bytes == 4.0
+
+
+def master_weight_fields(master_weights: str, dtype: str, fp8_param_gather: bool) -> dict:
+    """``ParallelConfig.master_weight_bytes`` and ``moments_in_param_dtype`` for a stack whose
+    optimizer keeps its weights as ``master_weights`` (``TrainingBehaviour.master_weights``) in a
+    run in ``dtype``, with FP8 primary weights when ``fp8_param_gather`` (as resolved for the run).
+
+    NVIDIA/NeMo@24.09-alpha.rc0 (and @r2.0.0rc1) nemo/collections/nlp/models/language_modeling/
+    megatron_base_model.py ``setup_optimization`` (lines 803-812 / 797-806) picks Apex's storage:
+    FP8 primary weights (``fp8_params``) -> ``store_params=True``, a master copy in the optimizer's
+    dtype; optimizer dtype == model dtype -> ``store_params=False``, none; an fp32 optimizer over
+    bf16 weights -> ``store_param_remainders=True``, a 2-byte remainder; otherwise an fp32 copy.
+    fp32 / tf32 runs have no separate master (``memory.model_state_bytes`` ``full_precision``)."""
+    master, param_moments = 4.0, False
+    if master_weights == "bf16_remainder" and dtype in _BF16_LIKE and not fp8_param_gather:
+        master = 2.0
+    elif master_weights == "param_dtype" and dtype not in ("fp32", "tf32"):
+        master, param_moments = (2.0 if fp8_param_gather else 0.0), True
+    return {"master_weight_bytes": master, "moments_in_param_dtype": param_moments}
 
 
 def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str | None = None,
@@ -102,6 +121,7 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
         "offload_weight_bytes": 4.0 if dtype in ("fp32", "tf32") else float(t.offload_weight_bytes),
         "fp8_param_gather": t.fp8_param_gather and dtype in _FP8_PARAM_DTYPES,
         "zero3_master_params": t.zero3_master_params,
+        **master_weight_fields(t.master_weights, dtype, t.fp8_param_gather and dtype in _FP8_PARAM_DTYPES),
         "selective_modules": SELECTIVE_CHECKPOINTS[t.selective_checkpoint],
         "moe_probs_in_expert": t.moe_probs_in_expert,
         "ep_carved_from_dp": t.expert_parallel_layout == "carved_from_dp",

@@ -148,7 +148,7 @@ def static_parts(ctx: StageContext, sidx, fc: StageCells) -> dict:
     expert_p = L_m * g["moe_ex_p"]
     lp, fp, mom = ctx.low_precision, ctx.full_precision, g["moments"]
     held = dict(grad_bytes=g["grad_buffer"], fp8_param_gather=g["fp8_param_gather"],
-                zero3_master_params=g["zero3_master"])
+                zero3_master_params=g["zero3_master"], master_bytes=g["master"])
     w1, g1, o1 = memory.model_state_bytes(layer_p, g["zero"], g["shard"], lp, fp, ctx.copy_bytes, mom, **held)
     w2, g2, o2 = memory.model_state_bytes(end_p, g["zero"], g["shard"], lp, fp, 0.0, mom, **held)
     w3, g3, o3 = memory.model_state_bytes(expert_p, g["zero"], g["expert_shard"], lp, fp, ctx.copy_bytes, mom, **held)

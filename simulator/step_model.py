@@ -42,7 +42,7 @@ from hardware_specs.errors import InputError
 from simulator import stage_memory
 from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES, ConfigBatch
 from simulator.layer_times import layer_times
-from simulator.memory_rows import fsdp_once_per_step, zero2_reduced_once
+from simulator.memory_rows import fsdp_once_per_step, optimizer_moment_bytes, zero2_reduced_once
 from simulator.parallel_config import Recompute, Schedule
 from simulator.pipeline.event_sim import BUBBLE_ROUNDING_SHARE
 from simulator.step_pipeline import Ends, PerLayer, pipeline_pass
@@ -63,6 +63,16 @@ ADAM_STEP_BYTES_PER_PARAM_FP32 = 28.0
 #: of those bytes, the Adam moments m and v are each read and written once: 4 x the moment's bytes
 #: (16 at fp32 moments; BF16 moments, ``ParallelConfig.optimizer_moment_bytes`` 2, move 8)
 ADAM_MOMENT_ACCESSES = 4.0
+#: of those bytes, what the master weights cost an optimizer with an fp32 master copy: read and
+#: write the copy (8) and the separate pass writing the 16-bit weights from it (read 4, write 2)
+ADAM_MASTER_BYTES_FP32 = 14.0
+#: the same with Apex's int16 remainders (``master_weight_bytes`` 2): one fused kernel reads the
+#: bf16 weight and its remainder and writes both (NVIDIA/apex@810ffae3
+#: apex/contrib/optimizers/distributed_fused_adam.py :2490-2565
+#: ``multi_tensor_fused_adam_with_param_remainders`` over p_in, p_rem, m, v, g, p_out: 2 + 2 read,
+#: 2 + 2 written); an optimizer in the weights' dtype (0) reads and writes the 16-bit weight only
+ADAM_MASTER_BYTES_REMAINDER = 8.0
+ADAM_MASTER_BYTES_NONE = 4.0
 #: bytes per element of the fp32 gradients an offloaded optimizer step moves to the host.
 GRAD_BUFFER_BYTES = 4.0
 #: bytes per element of the fp32 main gradients the Adam step reads (the figures above assume the
@@ -1048,7 +1058,8 @@ def _first_blocks_share(model: ModelSpec, sp_: dict, tp):
     return np.minimum(blocks / np.maximum(sp_["first"] + sp_["first_expert"], 1.0), 1.0)
 
 
-def adam_step_bytes_per_param(dtype: str, moment_bytes=4.0, grad_buffer_bytes=MAIN_GRAD_BYTES):
+def adam_step_bytes_per_param(dtype: str, moment_bytes=4.0, grad_buffer_bytes=MAIN_GRAD_BYTES,
+                              master_weight_bytes=4.0):
     """HBM bytes the optimizer step moves per local parameter (numpy-friendly in
     ``moment_bytes`` and ``grad_buffer_bytes``): ``ADAM_STEP_BYTES_PER_PARAM`` in mixed precision,
     the fp16 figure with its unscaling, the fp32 one for fp32 and tf32 (the weights are the master
@@ -1071,13 +1082,24 @@ def adam_step_bytes_per_param(dtype: str, moment_bytes=4.0, grad_buffer_bytes=MA
     DeepSpeed's fp16 ZeRO-1/2 keeps 16-bit gradients too but steps them otherwise
     (microsoft/DeepSpeed@v0.7.0 deepspeed/runtime/zero/stage_1_and_2.py ``step``: an overflow check
     ``x.float().sum()``, a norm over ``g.double()``, flatten then ``.to(fp32)``, ``mul_`` unscale, no
-    buffer to zero: about 80 bytes); it is priced here at the Megatron count, a lower bound."""
+    buffer to zero: about 80 bytes); it is priced here at the Megatron count, a lower bound.
+
+    ``master_weight_bytes`` (``ParallelConfig.master_weight_bytes``): the master copy's bytes, 4
+    (``ADAM_MASTER_BYTES_FP32`` of the figures above), 2 (``ADAM_MASTER_BYTES_REMAINDER``; a bf16
+    master beside FP8 primary weights is counted the same, 8 where its kernel moves 2 + 2 + 1) or 0
+    (``ADAM_MASTER_BYTES_NONE``); fp32 / tf32 training has none beside its weights (unchanged)."""
     base = {"fp32": ADAM_STEP_BYTES_PER_PARAM_FP32, "tf32": ADAM_STEP_BYTES_PER_PARAM_FP32,
             "fp16": ADAM_STEP_BYTES_PER_PARAM_FP16}.get(dtype, ADAM_STEP_BYTES_PER_PARAM)
     buffer = np.asarray(grad_buffer_bytes, dtype=float)
     cast = np.where(buffer < MAIN_GRAD_BYTES, buffer + MAIN_GRAD_BYTES, 0.0)
     zeroing = buffer - MAIN_GRAD_BYTES
-    return base - ADAM_MOMENT_ACCESSES * (4.0 - np.asarray(moment_bytes, dtype=float)) + cast + zeroing
+    master = np.asarray(master_weight_bytes, dtype=float)
+    master_saving = np.where(master >= 4.0, 0.0, ADAM_MASTER_BYTES_FP32
+                             - np.where(master > 0.0, ADAM_MASTER_BYTES_REMAINDER, ADAM_MASTER_BYTES_NONE))
+    if dtype in ("fp32", "tf32"):
+        master_saving = 0.0 * master
+    return (base - ADAM_MOMENT_ACCESSES * (4.0 - np.asarray(moment_bytes, dtype=float)) + cast + zeroing
+            - master_saving)
 
 
 def _optimizer_step_s(cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, memory_by_part: dict, shard,
@@ -1088,7 +1110,8 @@ def _optimizer_step_s(cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigB
     params_local = memory_by_part["params_local"]
     expert_local = memory_by_part["expert_params_local"]
     opt_params = params_local / np.where(zero >= 1, shard, 1.0) + expert_local / np.where(zero >= 1, expert_shard, 1.0)
-    adam_bytes = adam_step_bytes_per_param(batch.dtype, batch.optimizer_moment_bytes, batch.grad_buffer_bytes)
+    adam_bytes = adam_step_bytes_per_param(batch.dtype, optimizer_moment_bytes(batch), batch.grad_buffer_bytes,
+                                           batch.master_weight_bytes)
     opt_fraction = eff.optimizer_hbm_fraction or eff.hbm_fraction
     off = np.asarray(batch.offload_optimizer_fraction, dtype=float)
     optimizer = (1.0 - off) * opt_params * adam_bytes / (gpu.hbm_bw_bytes_per_s * opt_fraction)
