@@ -235,7 +235,8 @@ def mlp_gemm_shapes(hidden: int, ffn, gated: bool, tp):
 
 
 def linear_cast_bytes(tokens, shapes, dtype: str, input_fused, grad_fused, current_scaling=False, groups=1.0,
-                      seq_split=1.0, input_sharded=None, grad_sharded=None, transposed_copy=True):
+                      seq_split=1.0, input_sharded=None, grad_sharded=None, transposed_copy=True,
+                      rht_cast_fusion=False):
     """HBM bytes and kernels of the quantisation of the linear layers ``shapes`` ([(n, k), ...],
     Y[tokens, n] = X[tokens, k] W[k, n]) for one micro-batch, by pass: a dict with
     ``fprop`` (inputs X), ``weights`` (W, once per optimizer step: Transformer Engine caches
@@ -265,7 +266,11 @@ def linear_cast_bytes(tokens, shapes, dtype: str, input_fused, grad_fused, curre
     (Hopper); False where the GPU runs FP8 GEMMs in any layout (``ComputeRates.fp8_transposed_copy``
     from ``GPUSpec.fp8_gemm_any_layout``, Blackwell): one copy, so a standalone current-scaling
     cast is 2 read + 2 amax read + 1 write = 5 B/element (not 6), after a norm 2 + 1 = 3 (not 4),
-    delayed scaling 3 (not 4). Zero for 16/32-bit dtypes.
+    delayed scaling 3 (not 4). ``rht_cast_fusion`` (per row allowed): Transformer Engine writes an
+    NVFP4 operand's two copies in one kernel (``low_precision.NVFP4_RHT_FUSED_KERNELS``: 5.125
+    B/element, 2 kernels, not 7.125 and 3). NVFP4 is never quantised by the norm: its amax of the
+    Hadamard transform keeps the norm unfused (``low_precision.FUSED_QUANTISE_KERNELS``), so a
+    norm-fed NVFP4 input pays the standalone cost. Zero for 16/32-bit dtypes.
     """
     tokens = np.asarray(tokens, dtype=float)
     current = np.asarray(current_scaling, dtype=bool)
@@ -278,13 +283,19 @@ def linear_cast_bytes(tokens, shapes, dtype: str, input_fused, grad_fused, curre
     separate = dtype != "fp8" or current          # the norm writes 16-bit output; a kernel quantises it
     fused_extra = np.where(separate, SOURCE_BYTES + write, max(0.0, write - SOURCE_BYTES))
     t = transposed_copy
+    rht = np.asarray(rht_cast_fusion, dtype=bool)
     per_act = np.where(current, quantise_bytes_per_element(dtype, "activation", "current", t),
-                       quantise_bytes_per_element(dtype, "activation", transposed_copy=t))
+                       np.where(rht, quantise_bytes_per_element(dtype, "activation", transposed_copy=t,
+                                                                rht_cast_fusion=True),
+                                quantise_bytes_per_element(dtype, "activation", transposed_copy=t)))
     per_grad = np.where(current, quantise_bytes_per_element(dtype, "grad", "current", t),
-                        quantise_bytes_per_element(dtype, "grad", transposed_copy=t))
+                        np.where(rht, quantise_bytes_per_element(dtype, "grad", transposed_copy=t, rht_cast_fusion=True),
+                                 quantise_bytes_per_element(dtype, "grad", transposed_copy=t)))
     per_weight = quantise_bytes_per_element(dtype, "weight", transposed_copy=t)
-    alone = quantise_kernels(dtype, current)
-    fused = quantise_kernels(dtype, current, fused=True)
+    alone = quantise_kernels(dtype, current, rht_cast_fusion=rht)
+    fused = quantise_kernels(dtype, current, fused=True, rht_cast_fusion=rht)
+    if dtype == "nvfp4":                          # the norm stays unfused: the standalone cost
+        fused_extra = per_act
     # delayed scaling's per-expert quantisation is one multi-tensor kernel
     split = np.where((dtype == "fp8") & ~current, 1.0, np.asarray(groups, dtype=float))
     input_sharded = input_sharded or [False] * len(shapes)
@@ -308,7 +319,8 @@ def cast_times(cast_bytes: dict, rates: ComputeRates) -> dict:
             "cast_bwd_s": memory_bound_time_s(cast_bytes["dgrad"], rates, cast_bytes["dgrad_kernels"])}
 
 
-def block_cast_bytes(tokens, shapes, dtype: str, current_scaling, tp, sp, transposed_copy=True) -> dict:
+def block_cast_bytes(tokens, shapes, dtype: str, current_scaling, tp, sp, transposed_copy=True,
+                     rht_cast_fusion=False) -> dict:
     """``linear_cast_bytes`` of a block of column-parallel projections that read the block's norm,
     then one row-parallel projection (attention, dense MLP, Mamba mixer, shared experts): the
     norm produces the first projections' inputs (fused where the recipe allows), every other
@@ -317,7 +329,8 @@ def block_cast_bytes(tokens, shapes, dtype: str, current_scaling, tp, sp, transp
     n_in = len(shapes) - 1
     return linear_cast_bytes(tokens, shapes, dtype, [True] * n_in + [False], [False] * len(shapes), current_scaling,
                              seq_split=np.where(sp, tp, 1.0), input_sharded=[True] * n_in + [False],
-                             grad_sharded=[False] * n_in + [True], transposed_copy=transposed_copy)
+                             grad_sharded=[False] * n_in + [True], transposed_copy=transposed_copy,
+                             rht_cast_fusion=rht_cast_fusion)
 
 
 def _linear_times(tokens, shapes, rates: ComputeRates) -> dict:
@@ -359,7 +372,8 @@ def fused_softmax_kernel_available(tokens, seq_len, heads_per_gpu):
 
 def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, sp, softmax_exposed=None,
                           flash_attention=True, softmax_fusion=True, mma_share=1.0, current_scaling=False,
-                          unpad=False, softmax_scale_pass=True, unfused_ops=False, yarn_rope_eager=False):
+                          unpad=False, softmax_scale_pass=True, unfused_ops=False, yarn_rope_eager=False,
+                          rht_cast_fusion=False):
     """Forward/backward seconds and FLOPs of one attention block (no communication).
 
     ``softmax_exposed``: share of the attention core's softmax exponentials added to its
@@ -379,6 +393,7 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     copy run as eager ops (``unfused_attention_bytes``, each way).
     ``yarn_rope_eager`` (per row allowed): the stack runs RoPE eagerly for a YaRN model whose
     concentration factor is not 1 (``eager_yarn_rope``, ``eager_yarn_rope_extra``).
+    ``rht_cast_fusion`` (per row allowed): NVFP4's two copies in one kernel (``linear_cast_bytes``).
 
     Returns a dict with ``gemm_fwd_s``, ``gemm_dgrad_s``, ``gemm_wgrad_s``, ``core_fwd_s``,
     ``core_bwd_s``, ``elem_fwd_s``, ``elem_bwd_s``, ``gemm_flops_fwd``, ``core_flops_fwd`` (causal:
@@ -393,7 +408,7 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     tp = np.asarray(tp, dtype=float)
     shapes = attention_gemm_shapes(model, tp)
     casts = cast_times(block_cast_bytes(tokens, shapes, rates.dtype, current_scaling, tp, sp,
-                                        rates.fp8_transposed_copy), rates)
+                                        rates.fp8_transposed_copy, rht_cast_fusion), rates)
     gemms = _linear_times(tokens, shapes, rates)
     qk, v = _attention_dims(model)
     core_flops = attention_core_flops(tokens, seq_len, model.num_heads / tp, qk, v,
@@ -458,7 +473,7 @@ def mla_duplicated_flops_fwd(model: ModelSpec, tokens):
 
 
 def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=None, current_scaling=False,
-                    unfused_ops=False):
+                    unfused_ops=False, rht_cast_fusion=False):
     """Seconds and FLOPs of one dense MLP block: ``gemm_fwd_s``, ``gemm_dgrad_s``,
     ``gemm_wgrad_s``, ``elem_fwd_s`` and ``elem_bwd_s`` (element-wise kernels), ``gemm_flops_fwd``
     and the quantisation times ``cast_fwd_s``, ``cast_bwd_s``, ``weight_cast_s`` (the up
@@ -468,14 +483,14 @@ def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=N
     RowParallelLinear, NVIDIA/Megatron-LM@core_v0.15.0 megatron/core/models/gpt/gpt_layer_specs.py
     and transformer/mlp.py, not TE's LayerNormMLP that would fuse the activation's casts).
     ``unfused_ops`` (per row allowed): a gated activation as eager ops
-    (``UNFUSED_GATED_ACTIVATION_UNITS``).
+    (``UNFUSED_GATED_ACTIVATION_UNITS``). ``rht_cast_fusion``: as ``attention_block_costs``.
     """
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
     ffn = model.ffn_hidden_size if ffn is None else ffn
     shapes = mlp_gemm_shapes(model.hidden_size, ffn, model.gated_mlp, tp)
     casts = cast_times(block_cast_bytes(tokens, shapes, rates.dtype, current_scaling, tp, sp,
-                                        rates.fp8_transposed_copy), rates)
+                                        rates.fp8_transposed_copy, rht_cast_fusion), rates)
     gemms = _linear_times(tokens, shapes, rates)
     act_fwd, act_bwd, extra_fwd, extra_bwd = activation_units(model, unfused_ops)
     split = np.where(sp, tp, 1.0)

@@ -91,14 +91,29 @@ def quantised_copies(dtype: str, transposed_copy: bool = True) -> int:
 #: ``nvte_compute_amax_with_config``, ``nvte_compute_scale_from_amax``, ``nvte_quantize_v2``):
 #: two tensor kernels; the scalar launches around them are ``SCALAR_QUANTISE_KERNELS``. MXFP8 and
 #: block scaling write both copies with their local scales in one kernel.
-QUANTISE_KERNELS = {"delayed": 1.0, "current": 2.0, "mxfp8": 1.0, "nvfp4": 1.0}
+#: NVFP4 activations and gradients (the recipe's random Hadamard transform on their column-wise
+#: copies): one kernel takes both amaxes in one read (``nvte_hadamard_transform_amax``), then a
+#: row-wise cast and a fused Hadamard-transform-and-cast of the column-wise copy, each reading the
+#: 16-bit tensor (NVIDIA/TransformerEngine@5671fd3, 2.12, pytorch/csrc/quantizer.cpp
+#: ``NVFP4Quantizer::quantize_impl`` lines 1485, 1557, 1623-1632): three kernels. From 2.14 one
+#: kernel writes both copies (``NVFP4_RHT_FUSED_KERNELS``).
+QUANTISE_KERNELS = {"delayed": 1.0, "current": 2.0, "mxfp8": 1.0, "nvfp4": 3.0}
+#: NVFP4 activations and gradients when Transformer Engine writes the row-wise and the
+#: Hadamard-transformed column-wise copies in one kernel after the amax kernel
+#: (NVIDIA/TransformerEngine@71bbefb, 2.14, pytorch/csrc/quantizer.cpp lines 2297 and 2375,
+#: ``nvte_quantize_with_hadamard_transform``, eligible for 16-bit inputs with rows % 64 and columns
+#: % 128 == 0; the stack's ``nvfp4_rht_cast_fusion``): two kernels, 2 + 2 + 2 x 0.5625 bytes.
+NVFP4_RHT_FUSED_KERNELS = 2.0
 #: the same when the norm before the GEMM produces the tensor (TE's LayerNormLinear): delayed
 #: scaling writes the FP8 copy from the norm kernel itself (no extra kernel); under current
 #: scaling the norm writes 16-bit output and its amax, then the cast follows
 #: (transformer_engine/pytorch/csrc/extensions/normalization.cpp@v2.14, ``FUSED_NORM_AMAX_FP8``:
 #: ``quantize_with_amax``, one tensor kernel after the scale's scalar one); MXFP8 quantises the
 #: norm's 16-bit output after it (``Impl::UNFUSED`` unless ``NVTE_NORM_FWD_USE_CUDNN``): one kernel.
-FUSED_QUANTISE_KERNELS = {"delayed": 0.0, "current": 1.0, "mxfp8": 1.0, "nvfp4": 1.0}
+#: NVFP4 with the Hadamard transform's amax is never fused into the norm (normalization.cpp lines
+#: 123-125 at @5671fd3 and @71bbefb: "Post-RHT amax is handled within NVFP4 quantizer", ``Impl::
+#: UNFUSED``): the norm writes 16-bit output and the standalone quantisation follows.
+FUSED_QUANTISE_KERNELS = {"delayed": 0.0, "current": 1.0, "mxfp8": 1.0, "nvfp4": 3.0}
 #: one-thread launches (``<<<1, 1>>>``) of a current-scaling quantisation, standalone and after a
 #: norm: ``zero_amax_kernel`` (inside ``nvte_compute_amax``) and ``compute_scale_from_amax_kernel``
 #: (transformer_engine/common/recipe/current_scaling.cu@v2.14, the same at v2.8 and v2.12); after
@@ -110,22 +125,26 @@ FUSED_QUANTISE_KERNELS = {"delayed": 0.0, "current": 1.0, "mxfp8": 1.0, "nvfp4":
 SCALAR_QUANTISE_KERNELS = {"current": 2.0, "current_fused": 1.0}
 
 
-def quantise_kernels(dtype: str, current_scaling=False, fused=False):
+def quantise_kernels(dtype: str, current_scaling=False, fused=False, rht_cast_fusion=False):
     """Tensor kernels that quantise one tensor for a low-precision GEMM (``QUANTISE_KERNELS``,
     or ``FUSED_QUANTISE_KERNELS`` when the producing norm computes it; the one-thread scale
     launches, ``SCALAR_QUANTISE_KERNELS``, are not counted); ``current_scaling`` (per row
-    allowed) picks per-tensor current scaling over delayed scaling for ``fp8``; 0 for 16/32-bit
-    dtypes."""
+    allowed) picks per-tensor current scaling over delayed scaling for ``fp8``;
+    ``rht_cast_fusion`` (per row allowed) one kernel for both NVFP4 copies
+    (``NVFP4_RHT_FUSED_KERNELS``); 0 for 16/32-bit dtypes."""
     if not quantised_copies(dtype):
         return 0.0 * np.asarray(current_scaling, dtype=float)
     table = FUSED_QUANTISE_KERNELS if fused else QUANTISE_KERNELS
     if dtype == "fp8":
         return np.where(current_scaling, table["current"], table["delayed"])
+    if dtype == "nvfp4":
+        return np.where(np.asarray(rht_cast_fusion, dtype=bool), NVFP4_RHT_FUSED_KERNELS, table[dtype]) \
+            + 0.0 * np.asarray(current_scaling, dtype=float)
     return table[dtype] + 0.0 * np.asarray(current_scaling, dtype=float)
 
 
 def quantise_bytes_per_element(dtype: str, operand: str, scaling: str = "delayed",
-                               transposed_copy: bool = True) -> float:
+                               transposed_copy: bool = True, rht_cast_fusion: bool = False) -> float:
     """HBM bytes per element to quantise one GEMM operand into all the copies it needs.
 
     ``operand``: ``activation`` (GEMM input X: row-wise for fprop, column-wise for wgrad),
@@ -137,8 +156,11 @@ def quantise_bytes_per_element(dtype: str, operand: str, scaling: str = "delayed
       adds one amax read: 6 (5).
     * mxfp8: 2 + 2 x 1.03125 = 4.0625.
     * nvfp4 activations and gradients: row copy needs the per-tensor amax, the column copy the
-      amax of its Hadamard transform: 2 + 2 x (2 + 0.5625) = 7.125. Weights (2-D blocks, one
-      amax for both layouts): 2 + 2 + 2 x 0.5625 = 5.125.
+      amax of its Hadamard transform, both taken in one read; each copy's cast reads the tensor
+      again: 2 + 2 x (2 + 0.5625) = 7.125 (Transformer Engine 2.12: ``QUANTISE_KERNELS``). With
+      ``rht_cast_fusion`` one kernel reads it once and writes both: 2 + 2 + 2 x 0.5625 = 5.125
+      (``NVFP4_RHT_FUSED_KERNELS``). Weights (2-D blocks, one amax for both layouts):
+      2 + 2 + 2 x 0.5625 = 5.125.
     * 16/32-bit dtypes: 0.
     """
     copies = quantised_copies(dtype, transposed_copy)
@@ -149,7 +171,7 @@ def quantise_bytes_per_element(dtype: str, operand: str, scaling: str = "delayed
         amax_per_copy, amax_once = 0.0, (SOURCE_BYTES if scaling == "current" else 0.0)
     elif dtype == "mxfp8":
         amax_per_copy, amax_once = 0.0, 0.0
-    elif operand == "weight":                      # nvfp4, 2-D blocks: one amax for both copies
+    elif operand == "weight" or rht_cast_fusion:   # nvfp4, 2-D blocks or the fused kernel: one read
         amax_per_copy, amax_once = 0.0, SOURCE_BYTES
     else:                                          # nvfp4: tensor amax + Hadamard amax
         amax_per_copy, amax_once = SOURCE_BYTES, 0.0

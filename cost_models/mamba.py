@@ -123,7 +123,8 @@ def mamba_forward_flops(model: ModelSpec, tokens, tp=1.0):
     return gemm + conv + ssd_scan_flops(model, tokens, tp)
 
 
-def mamba_block_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, scan_mma_share=1.0, current_scaling=False):
+def mamba_block_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, scan_mma_share=1.0, current_scaling=False,
+                      rht_cast_fusion=False):
     """Seconds and FLOPs of one Mamba-2 layer (mixer, its pre-norm and residual add; no
     communication), with the keys of ``layer_costs.attention_block_costs`` so the step model
     treats it as a sequence-mixing block: the projections as GEMMs (``gemm_*``), the SSD scan as
@@ -142,7 +143,7 @@ def mamba_block_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, sca
     m = model.mamba
     shapes = mamba_gemm_shapes(model, tp)
     casts = cast_times(block_cast_bytes(tokens, shapes, rates.dtype, current_scaling, tp, sp,
-                                        rates.fp8_transposed_copy), rates)
+                                        rates.fp8_transposed_copy, rht_cast_fusion), rates)
     gemms = _linear_times(tokens, shapes, rates)
     scan_flops = ssd_scan_flops(model, tokens, tp)
     bc_dt = 2.0 * m.num_groups * m.state_size + m.num_heads

@@ -244,7 +244,8 @@ def routed_expert_gemms(model: ModelSpec, tokens, ep, etp=1, load_imbalance=1.0,
 
 
 def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_imbalance=1.0, tp=1, sp=True,
-                  current_scaling=False, glu_clamp_eager=False, grouped_gemm_streams=1, dispatch_dedup=False):
+                  current_scaling=False, glu_clamp_eager=False, grouped_gemm_streams=1, dispatch_dedup=False,
+                  rht_cast_fusion=False):
     """Forward seconds, FLOPs and all-to-all sizes of one MoE block on one GPU, one micro-batch.
 
     ``tokens`` is the same quantity ``layer_costs.dense_mlp_costs`` takes: tokens the GPU's
@@ -276,6 +277,8 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
 
     ``grouped_gemm_streams``: how many per-expert GEMMs of each grouped GEMM run at once
     (``grouped_gemm_time_s``; ``TrainingBehaviour.grouped_gemm_streams``, 1 = one after another).
+    ``rht_cast_fusion`` (per row): NVFP4's two copies of an operand in one kernel
+    (``layer_costs.linear_cast_bytes``).
 
     Returns a dict of float arrays: ``gemm_fwd_s`` (router + experts + shared),
     ``expert_gemm_fwd_s``, ``shared_gemm_fwd_s``, the shared experts' fc1 and fc2 GEMM seconds
@@ -328,7 +331,8 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
     # quantisation of the grouped GEMMs' operands: permuted rows and their gradients are
     # quantised by standalone kernels; each local expert's weights once per step
     expert_casts = linear_cast_bytes(rows, expert_shapes, rates.dtype, [False, False], [False, False],
-                                     current_scaling, local_experts, transposed_copy=rates.fp8_transposed_copy)
+                                     current_scaling, local_experts, transposed_copy=rates.fp8_transposed_copy,
+                                     rht_cast_fusion=rht_cast_fusion)
     expert_casts["weights"] = expert_casts["weights"] * local_experts
     up = (3.0 if model.gated_mlp else 2.0)
     expert_flops = 2.0 * routed * k * up * d_e * f_exp
@@ -349,7 +353,7 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
                                 f"tp_{end}_gemm_wgrad_s": wgrad})
             shared_flops = shared_flops + 2.0 * tokens * n * kk
         shared_casts = block_cast_bytes(tokens, shared_shapes, rates.dtype, current_scaling, tp, sp,
-                                        rates.fp8_transposed_copy)
+                                        rates.fp8_transposed_copy, rht_cast_fusion)
         casts = {key: casts[key] + shared_casts[key] for key in casts}
 
     split = np.where(sp, tp, 1.0)

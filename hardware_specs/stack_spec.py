@@ -407,6 +407,12 @@ class TrainingBehaviour:
             optimizer runs in the parameters' dtype (NeMo ``optim.dtype: bf16``): 2-byte moments and
             no master copy, or a bf16 one beside FP8 primary weights. Memory and the optimizer
             step's bytes (``stack_defaults.master_weight_fields``).
+        nvfp4_rht_cast_fusion: Transformer Engine quantises an ``nvfp4`` run's activations and
+            gradients into their row-wise and Hadamard-transformed column-wise copies with one
+            kernel after the amax kernel (NVIDIA/TransformerEngine >= 2.14,
+            ``nvte_quantize_with_hadamard_transform``: 5.125 bytes an element, 2 kernels); False: a
+            row-wise cast and a column-wise transform-and-cast, each reading the tensor (2.12: 7.125
+            bytes, 3 kernels). Time only (``layer_costs.linear_cast_bytes``).
         selective_checkpoint: what ``recompute: selective`` recomputes on this stack, one of
             ``SELECTIVE_CHECKPOINTS`` (Megatron's attention core, torchtitan's per-operation
             policy, or MaxText's save-the-projections policy); a plan that names
@@ -521,6 +527,7 @@ class TrainingBehaviour:
     fp8_param_gather: bool = False
     zero3_master_params: bool = False
     master_weights: str = "fp32"
+    nvfp4_rht_cast_fusion: bool = False
     cross_entropy: str = "megatron_unfused"
     context_parallel_kind: str = "ring"
     context_parallel_kinds: tuple = CP_KINDS

@@ -121,6 +121,7 @@ class ConfigBatch:
     zero3_master_params: np.ndarray = None
     master_weight_bytes: np.ndarray = None
     moments_in_param_dtype: np.ndarray = None
+    nvfp4_rht_cast_fusion: np.ndarray = None
     grouped_gemm_streams: np.ndarray = None
     unfused_block_ops: np.ndarray = None
     yarn_rope_eager: np.ndarray = None
@@ -231,6 +232,7 @@ class ConfigBatch:
             zero3_master_params=col("zero3_master_params", bool, bool),
             master_weight_bytes=col("master_weight_bytes", float, float),
             moments_in_param_dtype=col("moments_in_param_dtype", bool, bool),
+            nvfp4_rht_cast_fusion=col("nvfp4_rht_cast_fusion", bool, bool),
             moe_probs_in_expert=col("moe_probs_in_expert", bool, bool),
             ep_carved_from_dp=col("ep_carved_from_dp", bool, bool),
             zero3_once_per_step=col("zero3_once_per_step", bool, bool),
@@ -312,6 +314,7 @@ class ConfigBatch:
             zero3_master_params=bool(self.zero3_master_params[i]),
             master_weight_bytes=float(self.master_weight_bytes[i]),
             moments_in_param_dtype=bool(self.moments_in_param_dtype[i]),
+            nvfp4_rht_cast_fusion=bool(self.nvfp4_rht_cast_fusion[i]),
             moe_probs_in_expert=bool(self.moe_probs_in_expert[i]),
             ep_carved_from_dp=bool(self.ep_carved_from_dp[i]),
             zero3_once_per_step=bool(self.zero3_once_per_step[i]),
@@ -330,6 +333,7 @@ _NEW_COLUMNS = {"recompute_num_layers": 0, "recompute_method": 0, "recompute_lay
                 "zero_shard_group": 0, "pipeline_layout": "", "loss_chunk_tokens": 0, "optimizer_moment_bytes": 4.0,
                 "fp8_current_scaling": False, "grad_buffer_bytes": 4.0, "offload_weight_bytes": 2.0, "fp8_param_gather": False,
                 "zero3_master_params": False, "master_weight_bytes": 4.0, "moments_in_param_dtype": False,
+                "nvfp4_rht_cast_fusion": False,
                 "grouped_gemm_streams": 1, "moe_probs_in_expert": False, "ep_carved_from_dp": False,
                 "zero3_once_per_step": False, "kv_head_replication": False,
                 "zero2_grad_last_microbatch": False, "zero2_gather_every_microbatch": False, "cp_allgather_saves_kv": False,

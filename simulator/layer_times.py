@@ -164,7 +164,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                 ep_dispatch_dedup=False, fp8_current_scaling=False, attention_unpad=False,
                 glu_clamp_eager=False, grouped_gemm_streams=1, cross_entropy="megatron_unfused",
                 softmax_scale_pass=True, selective_modules=memory.SELECTIVE_DEFAULT, unfused_block_ops=False,
-                yarn_rope_eager=False, cp_allgather_saves_kv=False, ep_carved_from_dp=False) -> dict:
+                yarn_rope_eager=False, cp_allgather_saves_kv=False, ep_carved_from_dp=False,
+                nvfp4_rht_cast_fusion=False) -> dict:
     """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
     module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
     (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,
@@ -184,7 +185,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     key/value repetition, the attention output's layout copy and the gated activation run as
     eager ops (``ParallelConfig.unfused_block_ops``; ``layer_costs.UNFUSED_*``). ``yarn_rope_eager``:
     RoPE runs as Megatron-Core's eager ops for a YaRN model whose concentration factor is not 1
-    (``ParallelConfig.yarn_rope_eager``; ``layer_costs.eager_yarn_rope``)."""
+    (``ParallelConfig.yarn_rope_eager``; ``layer_costs.eager_yarn_rope``). ``nvfp4_rht_cast_fusion``:
+    Transformer Engine writes an NVFP4 operand's two copies in one kernel
+    (``ParallelConfig.nvfp4_rht_cast_fusion``; ``layer_costs.linear_cast_bytes``)."""
     h = float(model.hidden_size)
     s = float(model.seq_len)
     tokens = np.asarray(tokens, dtype=float)
@@ -200,12 +203,14 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         """({kind: sequence-mixing block}, {kind: MLP block}) for the two layer slots."""
         a = layer_costs.attention_block_costs(model, r, tokens, s, tp, sp, softmax_exposed, flash_attention,
                                               softmax_fusion, mma_share, fp8_current_scaling, attention_unpad,
-                                              softmax_scale_pass, unfused_block_ops, yarn_rope_eager)
+                                              softmax_scale_pass, unfused_block_ops, yarn_rope_eager,
+                                              nvfp4_rht_cast_fusion)
         b = {"dense": layer_costs.dense_mlp_costs(model, r, tokens, tp, sp, ffn=dense_ffn,
-                                                  current_scaling=fp8_current_scaling, unfused_ops=unfused_block_ops)}
+                                                  current_scaling=fp8_current_scaling, unfused_ops=unfused_block_ops,
+                                                  rht_cast_fusion=nvfp4_rht_cast_fusion)}
         if model.moe is not None:
             b["moe"] = moe_costs.moe_mlp_costs(model, r, tokens, ep, etp, imbalance, tp, sp, fp8_current_scaling,
-                                               glu_clamp_eager, streams, ep_dispatch_dedup)
+                                               glu_clamp_eager, streams, ep_dispatch_dedup, nvfp4_rht_cast_fusion)
         if not hybrid:
             return {"dense": a, "moe": a}, b
         # a hybrid layer is one block: the dense slot holds the Mamba, attention and MLP layers
@@ -213,7 +218,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         none_a = {k: 0.0 * np.asarray(v) for k, v in a.items()}
         scan_share = cluster.gpu.sync_mma_peak_fraction
         mixers = {"attention": a, **({"mamba": mamba.mamba_block_costs(model, r, tokens, tp, sp, scan_share,
-                                                                        fp8_current_scaling)}
+                                                                        fp8_current_scaling, nvfp4_rht_cast_fusion)}
                                      if model.mamba is not None else {})}
         return ({"dense": mamba.mix(mixers, shares), "moe": none_a},
                 {**b, "dense": mamba.mix({"mlp": b["dense"]}, shares)})

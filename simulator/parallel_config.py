@@ -89,7 +89,7 @@ BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather
                "pipeline_p2p_overlap", "pipeline_scatter_gather",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
                "zero3_grad_all_reduce", "zero1_grad_all_reduce", "fp8_param_gather", "zero3_master_params",
-               "moments_in_param_dtype", "moe_probs_in_expert", "ep_carved_from_dp",
+               "moments_in_param_dtype", "nvfp4_rht_cast_fusion", "moe_probs_in_expert", "ep_carved_from_dp",
                "zero3_once_per_step", "kv_head_replication", "zero2_grad_last_microbatch",
                "zero2_gather_every_microbatch", "cp_allgather_saves_kv")
 #: non-negative integer fields (0 = not set)
@@ -361,6 +361,10 @@ class ParallelConfig:
         moments_in_param_dtype: the Adam moments are kept in the 16-bit weights' dtype (2 bytes)
             whatever ``optimizer_moment_bytes`` says (NeMo's ``optim.dtype: bf16``); set by the
             stack.
+        nvfp4_rht_cast_fusion: an ``nvfp4`` run's activations and gradients are quantised into
+            their row-wise and Hadamard-transformed column-wise copies by one kernel after the
+            amax kernel (Transformer Engine >= 2.14), not by two casts (``layer_costs.
+            linear_cast_bytes``); set by the stack. Time only.
         moe_probs_in_expert: the router probabilities scale the experts' activation output inside
             the expert (Megatron-Core >= 0.13), so the combine keeps no copy of the expert outputs
             (``cost_models.moe.moe_activation_bytes_per_layer``); set by the stack. Memory only.
@@ -470,6 +474,7 @@ class ParallelConfig:
     zero3_master_params: bool = False
     master_weight_bytes: float = 4.0
     moments_in_param_dtype: bool = False
+    nvfp4_rht_cast_fusion: bool = False
     moe_probs_in_expert: bool = False
     ep_carved_from_dp: bool = False
     kv_head_replication: bool = False

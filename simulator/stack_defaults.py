@@ -21,7 +21,7 @@ STACK_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_byte
                 "fp8_current_scaling", "zero3_persistence_elements", "collective_per_rank_copies",
                 "zero3_grad_all_reduce", "zero1_grad_all_reduce", "grad_buffer_bytes", "offload_weight_bytes",
                 "fp8_param_gather",
-                "zero3_master_params", "master_weight_bytes", "moments_in_param_dtype",
+                "zero3_master_params", "master_weight_bytes", "moments_in_param_dtype", "nvfp4_rht_cast_fusion",
                 "selective_modules", "moe_probs_in_expert", "ep_carved_from_dp", "zero3_once_per_step", "kv_head_replication",
                 "zero2_grad_last_microbatch", "zero2_gather_every_microbatch", "cp_allgather_saves_kv", "stack_lacks")
 #: dtypes whose gradients a stack reduces as bf16 ones (FP8 recipes keep bf16 parameters)
@@ -122,6 +122,7 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
         "fp8_param_gather": t.fp8_param_gather and dtype in _FP8_PARAM_DTYPES,
         "zero3_master_params": t.zero3_master_params,
         **master_weight_fields(t.master_weights, dtype, t.fp8_param_gather and dtype in _FP8_PARAM_DTYPES),
+        "nvfp4_rht_cast_fusion": t.nvfp4_rht_cast_fusion,
         "selective_modules": SELECTIVE_CHECKPOINTS[t.selective_checkpoint],
         "moe_probs_in_expert": t.moe_probs_in_expert,
         "ep_carved_from_dp": t.expert_parallel_layout == "carved_from_dp",

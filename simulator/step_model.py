@@ -143,7 +143,7 @@ LAYER_KEY_FIELDS = ("tp", "cp", "micro_batch", "sequence_parallel", "recompute",
                     "ep_dispatch_dedup", "fp8_current_scaling", "attention_unpad", "glu_clamp_eager",
                     "grouped_gemm_streams", "cross_entropy", "softmax_scale_pass", "selective_modules",
                     "unfused_block_ops", "moe_probs_in_expert", "yarn_rope_eager", "cp_allgather_saves_kv",
-                    "ep_carved_from_dp")
+                    "ep_carved_from_dp", "nvfp4_rht_cast_fusion")
 
 
 def _degrees(batch: ConfigBatch):
@@ -1129,7 +1129,7 @@ def _layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, r
                          batch.attention_unpad, batch.glu_clamp_eager, batch.grouped_gemm_streams,
                          batch.cross_entropy, batch.softmax_scale_pass, batch.selective_modules,
                          batch.unfused_block_ops, batch.yarn_rope_eager, batch.cp_allgather_saves_kv,
-                         batch.ep_carved_from_dp)
+                         batch.ep_carved_from_dp, batch.nvfp4_rht_cast_fusion)
 
 
 def _optimizer_offload_s(cluster: ClusterSpec, batch: ConfigBatch, params_offloaded, grad_window_s,
