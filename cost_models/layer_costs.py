@@ -283,14 +283,15 @@ def linear_cast_bytes(tokens, shapes, dtype: str, input_fused, grad_fused, curre
     separate = dtype != "fp8" or current          # the norm writes 16-bit output; a kernel quantises it
     fused_extra = np.where(separate, SOURCE_BYTES + write, max(0.0, write - SOURCE_BYTES))
     t = transposed_copy
+    # the switch that picks between two costs: current scaling for fp8, the fused kernel for nvfp4
+    # (a stack's FP8 recipe is set on its nvfp4 rows too, where it means nothing)
+    switch = current if dtype == "fp8" else np.asarray(rht_cast_fusion, dtype=bool) & (dtype == "nvfp4")
+    on = dict(scaling="current") if dtype == "fp8" else dict(rht_cast_fusion=True)
+    per_act = np.where(switch, quantise_bytes_per_element(dtype, "activation", transposed_copy=t, **on),
+                       quantise_bytes_per_element(dtype, "activation", transposed_copy=t))
+    per_grad = np.where(switch, quantise_bytes_per_element(dtype, "grad", transposed_copy=t, **on),
+                        quantise_bytes_per_element(dtype, "grad", transposed_copy=t))
     rht = np.asarray(rht_cast_fusion, dtype=bool)
-    per_act = np.where(current, quantise_bytes_per_element(dtype, "activation", "current", t),
-                       np.where(rht, quantise_bytes_per_element(dtype, "activation", transposed_copy=t,
-                                                                rht_cast_fusion=True),
-                                quantise_bytes_per_element(dtype, "activation", transposed_copy=t)))
-    per_grad = np.where(current, quantise_bytes_per_element(dtype, "grad", "current", t),
-                        np.where(rht, quantise_bytes_per_element(dtype, "grad", transposed_copy=t, rht_cast_fusion=True),
-                                 quantise_bytes_per_element(dtype, "grad", transposed_copy=t)))
     per_weight = quantise_bytes_per_element(dtype, "weight", transposed_copy=t)
     alone = quantise_kernels(dtype, current, rht_cast_fusion=rht)
     fused = quantise_kernels(dtype, current, fused=True, rht_cast_fusion=rht)

@@ -1111,6 +1111,9 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     GEMMs' M, and so where they sit on the roofline, grows with ``ep``: DeepSeek-V3's at tp 1
     are 128 rows each at ep 1 (memory-bound), 1,024 at ep 8.
 
+    The quantisation casts of a low-precision ``dtype`` are those ``stack``'s recipe runs (FP8
+    current scaling's amax pass, NVFP4's fused copies: ``layer_costs.linear_cast_bytes``).
+
     Bytes are the compulsory traffic: a GEMM reads both operands once and writes its output
     (as ``gemm_time_s`` counts them); the fused attention core reads Q, K, V and writes O once;
     the element-wise kernels (norms, residual adds, activation; sequence-parallel split) move
@@ -1180,8 +1183,12 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     head_rates = compute_rates(g, eff, sixteen_bit_dtype(g)) if dtype in LOW_PRECISION else rates
     gemm("lm head (last stage)", model_spec.vocab_size / tp, model_spec.hidden_size, head_rates)
 
-    # the simulator's own attention-block costs (core FLOPs and times, element-wise, casts)
-    attn = attention_block_costs(model_spec, rates, tokens, model_spec.seq_len, tp, True)
+    # the simulator's own attention-block costs (core FLOPs and times, element-wise, casts), the
+    # quantisation as ``stack``'s recipe runs it
+    software = _stack_software(stack, dtype, model_spec, g)
+    quant = dict(current_scaling=software.get("fp8_current_scaling", False),
+                 rht_cast_fusion=software.get("nvfp4_rht_cast_fusion", False))
+    attn = attention_block_costs(model_spec, rates, tokens, model_spec.seq_len, tp, True, **quant)
     qk, v = _attention_dims(model_spec)
     heads = model_spec.num_heads / tp
     kv_heads = max(model_spec.num_kv_heads / tp, 1.0)
@@ -1196,13 +1203,13 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     # Norms, residual adds and the MLP activation: bytes recovered from the simulator's own
     # memory-bound times (minus the launch overheads); FLOPs are nominal counts per element
     # (RMSNorm 4, residual add 1, SwiGLU 5 / GeLU 8), since the cost model times them by bytes only.
-    mlp = dense_mlp_costs(model_spec, rates, tokens, tp, True, ffn=ffn)
+    mlp = dense_mlp_costs(model_spec, rates, tokens, tp, True, ffn=ffn, **quant)
     elem_flops = tokens * (2 * (4 + 1) * model_spec.hidden_size / tp
                            + (5.0 if model_spec.gated_mlp else 8.0) * ffn / tp)
     # the same blocks timed with free work count their kernels (``compute.kernel_counting_rates``)
     counting = kernel_counting_rates(rates)
-    attn_n = attention_block_costs(model_spec, counting, tokens, model_spec.seq_len, tp, True)
-    mlp_n = dense_mlp_costs(model_spec, counting, tokens, tp, True, ffn=ffn)
+    attn_n = attention_block_costs(model_spec, counting, tokens, model_spec.seq_len, tp, True, **quant)
+    mlp_n = dense_mlp_costs(model_spec, counting, tokens, tp, True, ffn=ffn, **quant)
     for pass_, key, flops in (("forward", "elem_fwd_s", elem_flops), ("backward", "elem_bwd_s", 2.0 * elem_flops)):
         elem_s = float(attn[key] + mlp[key])
         kernels = float(attn_n[key] + mlp_n[key])
@@ -1213,7 +1220,10 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
         cast_s = float(attn[key] + mlp[key])
         if cast_s > 0:     # low-precision GEMMs: quantisation kernels (layer_costs.linear_cast_bytes)
             rows.append({"op": f"{dtype} quantisation casts", "pass": pass_, "m": np.nan, "n": np.nan,
-                         "k": np.nan, "flops": 0.0, "bytes": cast_s * rates.hbm_bytes_per_s, "time_s": cast_s})
+                         "k": np.nan, "flops": 0.0, "time_s": cast_s,
+                         # the kernels' bytes: the time less each kernel's fixed part, at the memory rate
+                         "bytes": (cast_s - float(attn_n[key] + mlp_n[key]) * rates.kernel_overhead_s)
+                         * rates.hbm_bytes_per_s})
 
     df = pd.DataFrame(rows)
     df["groups"] = df["groups"].fillna(1.0)
@@ -1233,11 +1243,17 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     return df
 
 
+def _stack_software(stack, dtype: str, model: ModelSpec, gpu: GPUSpec) -> dict:
+    """``stack``'s ``ParallelConfig`` software fields for a run of ``model`` in ``dtype`` on ``gpu``
+    (``simulate``'s default stack when None)."""
+    spec = stack if isinstance(stack, StackSpec) else load_stack(stack or DEFAULT_STACK)
+    return stack_config_fields(spec, dtype, model.name, gpu.name)
+
+
 def _grouped_gemm_streams(stack, dtype: str, model: ModelSpec, gpu: GPUSpec) -> int:
     """``stack``'s ``grouped_gemm_streams`` for a run of ``model`` in ``dtype`` (``simulate``'s
     default stack when None), as the simulator times the routed experts' grouped GEMMs."""
-    spec = stack if isinstance(stack, StackSpec) else load_stack(stack or DEFAULT_STACK)
-    return int(stack_config_fields(spec, dtype, model.name, gpu.name).get("grouped_gemm_streams", 1))
+    return int(_stack_software(stack, dtype, model, gpu).get("grouped_gemm_streams", 1))
 
 
 def _moe_gemms(gemm, rows: list, model: ModelSpec, rates, tokens: int, tp: int, ep: int, mlp_names: list,

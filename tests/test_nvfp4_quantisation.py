@@ -56,3 +56,23 @@ def test_megatron_bridge_releases_from_26_04_pin_the_fused_kernel():
     for name in ("megatron-bridge-26.04", "megatron-bridge-26.04.01", "megatron-bridge-26.06",
                  "megatron-bridge-26.06.01", "megatron-bridge"):                      # TE 2.14 - 2.17
         assert fused(name), name
+
+
+def test_a_stacks_fp8_recipe_does_not_change_its_nvfp4_casts():
+    # Megatron-Bridge's stacks set FP8 current scaling ("tensorwise") for every run; an nvfp4
+    # run's casts are NVFP4's whatever the FP8 recipe says
+    for fusion, per_element in ((False, 7.125), (True, 5.125)):
+        casts = block_cast_bytes(T, [QKV, O], "nvfp4", True, 1, False, False, fusion)
+        assert casts["fprop"] == pytest.approx(T * (8192 + 8192) * per_element, rel=1e-12)
+
+
+def test_layer_ops_shows_the_stacks_casts():
+    from paraplan.api import layer_ops
+
+    def casts(stack):
+        ops = layer_ops("llama3-70b", "gb300-nvl72", tp=1, micro_batch=1, dtype="nvfp4", stack=stack)
+        return ops[ops.op.str.contains("quantisation")].set_index("pass").bytes
+    mlp = 8192 * (8192 + 28672)                     # the MLP's inputs: up (norm-fed) and down
+    attn = 8192 * (8192 + 8192)                     # QKV (norm-fed) and the output projection
+    assert casts("megatron-bridge-26.04")["forward"] == pytest.approx((attn + mlp) * 5.125, rel=1e-9)
+    assert casts("megatron-bridge-26.02")["forward"] == pytest.approx((attn + mlp) * 7.125, rel=1e-9)
