@@ -255,7 +255,10 @@ def linear_cast_bytes(tokens, shapes, dtype: str, input_fused, grad_fused, curre
     kernels (a grouped GEMM's per-expert inputs: Transformer Engine's ``split_quantize`` runs one
     quantisation per split for these recipes, NVIDIA/TransformerEngine@v2.12 and @v2.14
     pytorch/csrc/extensions/cast.cpp ``multi_tensor_quantize_impl``; one fused kernel for
-    delayed scaling only, counted as one). Kernel counts are the tensor kernels
+    delayed scaling, counted as one; NVFP4 grouped kernels over every split, the amax's and the
+    cast's, NVIDIA/TransformerEngine@71bbefb cast.cpp ``nvte_group_hadamard_transform_amax`` and
+    ``nvte_group_hadamard_transform_cast_fusion``, counted as one tensor's, at the release's
+    per-tensor bytes). Kernel counts are the tensor kernels
     (``low_precision.quantise_kernels``). ``seq_split``: the sequence-parallel degree (1 without
     sequence parallelism); operands flagged in ``input_sharded`` / ``grad_sharded`` are quantised
     on the GPU's sequence shard, ``tokens / seq_split`` rows, before the all-gather that gives
@@ -297,8 +300,8 @@ def linear_cast_bytes(tokens, shapes, dtype: str, input_fused, grad_fused, curre
     fused = quantise_kernels(dtype, current, fused=True, rht_cast_fusion=rht)
     if dtype == "nvfp4":                          # the norm stays unfused: the standalone cost
         fused_extra = per_act
-    # delayed scaling's per-expert quantisation is one multi-tensor kernel
-    split = np.where((dtype == "fp8") & ~current, 1.0, np.asarray(groups, dtype=float))
+    # delayed scaling's per-expert quantisation is one multi-tensor kernel, NVFP4's grouped kernels
+    split = np.where(((dtype == "fp8") & ~current) | (dtype == "nvfp4"), 1.0, np.asarray(groups, dtype=float))
     input_sharded = input_sharded or [False] * len(shapes)
     grad_sharded = grad_sharded or [False] * len(shapes)
     local = tokens / np.asarray(seq_split, dtype=float)

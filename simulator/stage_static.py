@@ -153,7 +153,7 @@ def static_parts(ctx: StageContext, sidx, fc: StageCells) -> dict:
     w2, g2, o2 = memory.model_state_bytes(end_p, g["zero"], g["shard"], lp, fp, 0.0, mom, **held)
     w3, g3, o3 = memory.model_state_bytes(expert_p, g["zero"], g["expert_shard"], lp, fp, ctx.copy_bytes, mom, **held)
     opt = o1 + o2 + o3
-    opt_params = opt / (2.0 * mom if fp else 4.0 + 2.0 * mom)
+    opt_params = opt / (2.0 * mom if fp else g["master"] + 2.0 * mom)
     parts = {"weights_bytes": w1 + w2 + w3, "gradients_bytes": g1 + g2 + g3,
              "optimizer_bytes": opt * (1.0 - g["off"]), "logits_bytes": (head + mtp) * g["logits"],
              "moe_dispatch_bytes": np.where(L_m > 0, ctx.act["dispatch"][sidx], 0.0),

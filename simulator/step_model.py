@@ -70,9 +70,12 @@ ADAM_MASTER_BYTES_FP32 = 14.0
 #: bf16 weight and its remainder and writes both (NVIDIA/apex@810ffae3
 #: apex/contrib/optimizers/distributed_fused_adam.py :2490-2565
 #: ``multi_tensor_fused_adam_with_param_remainders`` over p_in, p_rem, m, v, g, p_out: 2 + 2 read,
-#: 2 + 2 written); an optimizer in the weights' dtype (0) reads and writes the 16-bit weight only
+#: 2 + 2 written); an optimizer in the weights' dtype (0) reads the 16-bit weight and writes it in
+#: place and to the parameter-sync buffer (the kernel's p_in and p_out, apex@810ffae3
+#: csrc/multi_tensor_distopt_adam_kernel.cu:178-181; separate unless ``contiguous_param_buffer``,
+#: which NeMo's launcher recipes do not set): 2 + 2 + 2
 ADAM_MASTER_BYTES_REMAINDER = 8.0
-ADAM_MASTER_BYTES_NONE = 4.0
+ADAM_MASTER_BYTES_NONE = 6.0
 #: bytes per element of the fp32 gradients an offloaded optimizer step moves to the host.
 GRAD_BUFFER_BYTES = 4.0
 #: bytes per element of the fp32 main gradients the Adam step reads (the figures above assume the

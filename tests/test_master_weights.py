@@ -76,8 +76,8 @@ def test_adam_step_bytes_without_megatrons_separate_master_copy():
     assert adam_step_bytes_per_param("bf16", 4.0, 4.0, 4.0) == 42.0
     # Apex's remainder kernel: bf16 weight and remainder read and written (8) in place of 8 + 6
     assert adam_step_bytes_per_param("bf16", 4.0, 4.0, 2.0) == 36.0
-    # bf16 optimizer: weight read and written (4), moments 2 bytes (4 x 2 fewer)
-    assert adam_step_bytes_per_param("bf16", 2.0, 4.0, 0.0) == 42.0 - 10.0 - 8.0
+    # bf16 optimizer: weight read, written in place and to the sync buffer (6), moments 2 bytes
+    assert adam_step_bytes_per_param("bf16", 2.0, 4.0, 0.0) == 42.0 - 8.0 - 8.0
     assert adam_step_bytes_per_param("fp32", 4.0, 4.0, 2.0) == 28.0          # fp32 training has no master
 
 
@@ -91,3 +91,27 @@ def test_master_weight_bytes_takes_the_three_storages_only():
     from hardware_specs.errors import InputError
     with pytest.raises(InputError, match="master_weight_bytes"):
         ParallelConfig(dp=8, micro_batch=1, global_batch=64, master_weight_bytes=3)
+
+
+def test_the_host_holds_an_offloaded_optimizer_at_its_own_bytes_whatever_the_gpus_master():
+    # the host's copy is HOST_OPTIMIZER_BYTES_PER_PARAM a parameter (fp32 master and moments)
+    def host(master, param_moments):
+        fields = {**stack_config_fields(load_stack("megatron-core"), "bf16"),
+                  "master_weight_bytes": master, "moments_in_param_dtype": param_moments}
+        config = ParallelConfig(dp=8, tp=1, pp=1, micro_batch=1, global_batch=64, zero_stage=1, recompute="full",
+                                dtype="bf16", offload_optimizer_fraction=1.0, **fields)
+        return simulate(MODEL, CLUSTER, config).extras["host_memory_bytes"]
+    assert host(2.0, False) == pytest.approx(host(4.0, False), rel=1e-12)
+    assert host(0.0, True) == pytest.approx(host(4.0, False), rel=1e-12)
+
+
+def test_a_megatron_export_refuses_nemo_1x_optimizer_state():
+    from hardware_specs.errors import InputError
+    from paraplan.exports.megatron import _refuse_memory_features
+    base = dict(dtype="bf16", recompute="none", zero_stage=1)
+    with pytest.raises(InputError, match="fp32 master"):
+        _refuse_memory_features({**base, "master_weight_bytes": 2.0}, MODEL)
+    with pytest.raises(InputError, match="fp32 master"):
+        _refuse_memory_features({**base, "master_weight_bytes": 0.0, "moments_in_param_dtype": True}, MODEL)
+    assert _refuse_memory_features({**base, "master_weight_bytes": 4.0}, MODEL) is None
+

@@ -76,3 +76,15 @@ def test_layer_ops_shows_the_stacks_casts():
     attn = 8192 * (8192 + 8192)                     # QKV (norm-fed) and the output projection
     assert casts("megatron-bridge-26.04")["forward"] == pytest.approx((attn + mlp) * 5.125, rel=1e-9)
     assert casts("megatron-bridge-26.02")["forward"] == pytest.approx((attn + mlp) * 7.125, rel=1e-9)
+
+
+def test_grouped_expert_inputs_are_quantised_by_grouped_kernels():
+    # 16 local experts' rows: one grouped amax and one grouped cast (TE 2.14), not 2 per expert
+    from cost_models.layer_costs import linear_cast_bytes
+    casts = linear_cast_bytes(1024, [(2048, 1024), (1024, 1024)], "nvfp4", [False, False], [False, False], False,
+                              16, rht_cast_fusion=True)
+    assert casts["fprop_kernels"] == 2 * 2.0
+    assert casts["fprop"] == pytest.approx(1024 * (1024 + 1024) * 5.125, rel=1e-12)
+    mx = linear_cast_bytes(1024, [(2048, 1024), (1024, 1024)], "mxfp8", [False, False], [False, False], False, 16)
+    assert mx["fprop_kernels"] == 2 * 16.0                       # MXFP8 splits: one kernel each
+

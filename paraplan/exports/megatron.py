@@ -164,6 +164,15 @@ def _refuse_memory_features(p: dict, model: ModelSpec) -> None:
         raise InputError("optimizer_moment_bytes", "Megatron-LM keeps Adam moments in bf16 only with the precision-"
                          "aware optimizer, which raises '--use-precision-aware-optimizer only supported with "
                          "distributed optimizer' at ZeRO-0", "plan with zero_stage >= 1, or optimizer_moment_bytes 4")
+    if p["dtype"] not in ("fp32", "tf32") and (p.get("master_weight_bytes", 4.0) != 4.0
+                                              or p.get("moments_in_param_dtype")):
+        # Megatron's optimizers step an fp32 main copy (megatron/core/optimizer/distrib_optimizer.py
+        # shard_main_param = shard_model_param.clone().float()); Apex's remainders and NeMo's bf16
+        # optimizer dtype (the stack's master_weights) are NeMo 1.x's, not Megatron-LM's
+        field = "master_weight_bytes" if p.get("master_weight_bytes", 4.0) != 4.0 else "moments_in_param_dtype"
+        raise InputError(field, "the plan prices NeMo 1.x's optimizer state (Apex's bf16 remainders or an optimizer "
+                         "in the weights' dtype); Megatron-LM keeps an fp32 master copy and fp32 moments, "
+                         "more memory than planned", "plan with --stack megatron-core for a Megatron export")
     if p.get("zero_shard_group") and model.moe is not None:
         _refuse_expert_hsdp(p)
     if p.get("loss_chunk_tokens"):
