@@ -270,8 +270,15 @@ def gathered_layer_weight_bytes(batch: ConfigBatch, param_bytes):
     megatron/core/distributed/param_and_grad_buffer.py, megatron/core/fp8_utils.py), else the
     16-bit ``param_bytes``. The embedding and the output layer have no quantised copy and stay
     16-bit; a layer's norms are counted with its weights, as ``memory.model_state_bytes`` holds
-    them (2h of about 12h^2 elements a layer)."""
-    quantised = ELEMENT_BYTES.get(batch.dtype)
+    them (2h of about 12h^2 elements a layer). MXFP8 gathers 16-bit: Transformer Engine cannot hand
+    an MXFP8Tensor's raw data to the buffer (NVIDIA/TransformerEngine@71bbefb
+    transformer_engine/pytorch/tensor/utils.py:69 ``replace_raw_data`` raises for it, and
+    NVIDIA/Megatron-LM@d7288711 megatron/core/distributed/param_and_grad_buffer.py:1024 skips the
+    mapping), so the optimizer writes bf16 into a buffer that reuses the gradient buffer
+    (``reuse_grad_buf_for_mxfp8_param_ag``, which Megatron-Bridge requires: mixed_precision.py:96
+    at v0.4.0), the all-gather moves that, and each rank quantises its full weights after it
+    (param_and_grad_buffer.py:472-491)."""
+    quantised = ELEMENT_BYTES.get(batch.dtype) if batch.dtype != "mxfp8" else None
     on = np.asarray(batch.fp8_param_gather, dtype=bool)
     if quantised is None:
         return np.where(on, param_bytes, param_bytes)
