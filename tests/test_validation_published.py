@@ -244,7 +244,8 @@ def _fit_share(rows):
 def test_published_runs_fit_in_their_gpus_memory(results):
     """Every published run ran, so its configuration fit in its GPUs' memory: the share of
     predicted rows the memory model says fit is a check of the memory model on data. Measured
-    (2026-12-07, session 63): all predicted rows 99.1% (1,336 of 1,348; 97.0% before flash-attn's
+    (2026-12-07, session 64): all predicted rows 99.3% (1,339 of 1,348; 99.1% before NeMo 1.x's Apex
+    remainders and Nemotron-340B's bf16 optimizer, stack input master_weights; 97.0% before flash-attn's
     fused loss held the logits and their 16-bit gradient rather than an fp32 softmax, and before
     NeMo 24.09's dgxc runs kept a bf16 gradient buffer and FP8-only weights, both read from the
     frameworks' code); Megatron-Bridge 99.6% (230 of 231: 28.6% before the rows took their
@@ -253,14 +254,14 @@ def test_published_runs_fit_in_their_gpus_memory(results):
     inside the experts, stack input moe_probs_in_expert, which fits its DeepSeek-V3 and Kimi K2
     rows on GB200 / GB300), vTrain and Korthikanti 100%, Narayanan 95.5%, BLOOM 92.9%,
     llm-foundry 99.1% (218 of 220: 89.1% with the fp32 softmax copy; the 2 over are MPT-1B at
-    micro-batch 20 on H100), DGX Cloud 98.4% (62 of 63: 88.9% with the fp32 gradient buffer and
-    16-bit weights beside the FP8 copies). Row sets by source; each bound is the measured share
+    micro-batch 10 on A100-40GB), DGX Cloud 100% (98.4% with an fp32 master for its 340B bf16 run; 88.9%
+    with the fp32 gradient buffer and 16-bit weights beside the FP8 copies). Row sets by source; each bound is the measured share
     less a margin, so rows added to the shared file are bounded too."""
     ok = results[results.status == "ok"]
     assert len(ok) >= 1348
-    assert _fit_share(ok) >= 0.97
+    assert _fit_share(ok) >= 0.98
     for source, bound in (("MBRIDGE", 0.97), ("VTRAIN", 0.99), ("KOR22", 0.99), ("NAR21", 0.9),
-                          ("LFOUNDRY", 0.97), ("DGXC2411", 0.95)):
+                          ("LFOUNDRY", 0.97), ("DGXC2411", 0.98)):
         rows = ok[ok.source == source]
         assert len(rows) >= 20, source
         assert _fit_share(rows) >= bound, (source, _fit_share(rows))
