@@ -348,8 +348,10 @@ class ParallelConfig:
         fp8_param_gather: a low-precision run keeps its layers' compute weights only as the
             recipe's quantised tensors (Megatron ``--fp8-param-gather``): no 16-bit working copy
             (``cost_models.memory.model_state_bytes``); the stacks set it for ``fp8`` and
-            ``mxfp8`` runs only (``simulator.stack_defaults``). Only its memory effect is modelled (the
-            distributed optimizer's parameter all-gather is still priced in 16 bits).
+            ``mxfp8`` runs only (``simulator.stack_defaults``). The distributed optimizer's
+            parameter all-gather moves the FP8 bytes (MXFP8's bf16:
+            ``step_model.gathered_layer_weight_bytes``); the weights' once-per-step quantisation is
+            priced as without it.
         zero3_master_params: at ZeRO-3 the parameter shard is the fp32 master weight, no 16-bit
             shard is kept (PyTorch FSDP with a mixed-precision ``param_dtype``;
             ``cost_models.memory.model_state_bytes``); set by the stack. Memory only.

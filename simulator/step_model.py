@@ -261,8 +261,8 @@ def expert_dp_stride(ep, etp):
 
 def gathered_layer_weight_bytes(batch: ConfigBatch, param_bytes):
     """Bytes per element a ZeRO parameter all-gather moves for the layers' weights (the expert
-    ones included), per row: the low-precision element (``low_precision.ELEMENT_BYTES``: fp8 1,
-    mxfp8 1 + 1/32 of scales) where the stack gathers the quantised copy
+    ones included), per row: the low-precision element (``low_precision.ELEMENT_BYTES``: fp8 1)
+    where the stack gathers the quantised copy
     (``fp8_param_gather``: Megatron's ``--fp8-param-gather`` keeps each quantised parameter as a
     Transformer Engine Float8Tensor whose data lives in the distributed optimizer's uint8
     parameter buffer, and that buffer is what the parameter all-gather moves; Hopper's
