@@ -288,13 +288,13 @@ def linear_cast_bytes(tokens, shapes, dtype: str, input_fused, grad_fused, curre
     t = transposed_copy
     # the switch that picks between two costs: current scaling for fp8, the fused kernel for nvfp4
     # (a stack's FP8 recipe is set on its nvfp4 rows too, where it means nothing)
-    switch = current if dtype == "fp8" else np.asarray(rht_cast_fusion, dtype=bool) & (dtype == "nvfp4")
+    rht = np.asarray(rht_cast_fusion, dtype=bool)
+    switch = current if dtype == "fp8" else rht & (dtype == "nvfp4")
     on = dict(scaling="current") if dtype == "fp8" else dict(rht_cast_fusion=True)
     per_act = np.where(switch, quantise_bytes_per_element(dtype, "activation", transposed_copy=t, **on),
                        quantise_bytes_per_element(dtype, "activation", transposed_copy=t))
     per_grad = np.where(switch, quantise_bytes_per_element(dtype, "grad", transposed_copy=t, **on),
                         quantise_bytes_per_element(dtype, "grad", transposed_copy=t))
-    rht = np.asarray(rht_cast_fusion, dtype=bool)
     per_weight = quantise_bytes_per_element(dtype, "weight", transposed_copy=t)
     alone = quantise_kernels(dtype, current, rht_cast_fusion=rht)
     fused = quantise_kernels(dtype, current, fused=True, rht_cast_fusion=rht)

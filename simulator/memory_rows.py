@@ -63,9 +63,10 @@ def zero2_reduced_once(batch: ConfigBatch):
         & ~fsdp_once_per_step(batch)
 
 
-def optimizer_moment_bytes(batch: ConfigBatch) -> np.ndarray:
-    """Bytes of each Adam moment per row: 2 where the stack keeps them in the 16-bit weights'
-    dtype (``moments_in_param_dtype``), else the plan's ``optimizer_moment_bytes``."""
+def optimizer_moment_bytes(batch) -> np.ndarray:
+    """Bytes of each Adam moment per row of a ``ConfigBatch`` (or of one ``ParallelConfig``): 2
+    where the stack keeps them in the 16-bit weights' dtype (``moments_in_param_dtype``), else the
+    plan's ``optimizer_moment_bytes``."""
     return np.where(np.asarray(batch.moments_in_param_dtype, dtype=bool), 2.0,
                     np.asarray(batch.optimizer_moment_bytes, dtype=float))
 

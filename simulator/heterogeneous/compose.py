@@ -84,6 +84,7 @@ from simulator.heterogeneous.group_makespan import group_lower_bounds_s, group_m
 from simulator.heterogeneous.plan import pool_dtype
 from simulator.heterogeneous.shares import speed_shares
 from simulator.heterogeneous.unit_costs import UnitCosts
+from simulator.memory_rows import optimizer_moment_bytes
 from simulator.memory_search import recompute_beyond_loss
 from simulator.parallel_config import ParallelConfig, Schedule
 from simulator.step_model import (_overlapped, end_pair_stride, grad_collective_s, pipeline_bubble_s,
@@ -324,8 +325,8 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     # ---- optimizer ------------------------------------------------------------------------------
     # the step model's bytes a parameter (fp32 moments: the pooled model refuses 16-bit ones) on
     # the stack's gradient buffer
-    adam = float(adam_step_bytes_per_param(dtype, 2.0 if settings.moments_in_param_dtype else 4.0,
-                                           settings.grad_buffer_bytes, settings.master_weight_bytes))
+    adam = float(adam_step_bytes_per_param(dtype, optimizer_moment_bytes(settings), settings.grad_buffer_bytes,
+                                           settings.master_weight_bytes))
     opt_params = stage_params / np.where(z >= 1, D_row, 1.0)
     opt_row = opt_params * adam / (hbm_bw * opt_fraction)
 
@@ -669,7 +670,7 @@ def stage_memory_parts(model: ModelSpec, settings: ParallelConfig, stage_params,
     layer_params = stage_param_count(model, layers, 0.0, 0.0, 1.0, tp)
     held = dict(grad_bytes=settings.grad_buffer_bytes, fp8_param_gather=settings.fp8_param_gather,
                 zero3_master_params=settings.zero3_master_params, master_bytes=settings.master_weight_bytes,
-                moment_bytes=2.0 if settings.moments_in_param_dtype else 4.0)
+                moment_bytes=float(optimizer_moment_bytes(settings)))
     states = [memory.model_state_bytes(part, zero, dp_shard, dtype in LOW_PRECISION, act_bytes > 2,
                                        copy_bytes=copies, **held)
               for part, copies in ((layer_params, copy_bytes), (np.asarray(stage_params) - layer_params, 0.0))]
