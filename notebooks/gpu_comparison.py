@@ -27,9 +27,10 @@
 #
 # **Caveat.** H100 (Hopper) and B200 (Blackwell) use efficiency models fitted on published runs;
 # the validation file has no MI300X (CDNA3) run, so MI300X runs on an *unfitted prior* efficiency
-# model (`hardware_specs/efficiency/cdna3.yaml`: H100's fitted factors on MI300X's datasheet, the
-# fitter's rule for a generation no run measures): read its numbers as a sketch that assumes
-# MI300X's kernels reach H100's fractions of peak, not a validated prediction.
+# model (`hardware_specs/efficiency/cdna3.yaml`: H100's fitted factors, the fitter's rule for a
+# generation no run measures), on MI300X's datasheet rates times the 0.64 of them its GEMMs sustain
+# relative to H100's in the same matmul benchmark (`hardware_specs/gpus/mi300x.yaml`: 51.4% of
+# its datasheet against H100's 80.3%): read its numbers as a sketch, not a validated prediction.
 
 # %%
 # %matplotlib inline
