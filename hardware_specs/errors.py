@@ -11,7 +11,7 @@ import numbers
 import os
 import re
 import sys
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -32,6 +32,31 @@ class InputError(ValueError):
         # rebuilt from its fields: an error raised in a search's worker process reaches the
         # parent (the default pickling passes only the text, and the parent's pool hangs)
         return (type(self), (self.field, self.message, self.fix))
+
+
+def missing_value(value) -> str | None:
+    """``"pandas NA"`` / ``"pandas NaT"`` when ``value`` is pandas' missing-value marker (a cell
+    of a DataFrame row read with ``.to_dict()`` or ``.iloc``), else None. Neither is a value of
+    any field: ``pd.NA``'s truth value raises ``TypeError`` ('boolean value of NA is ambiguous')
+    wherever a check reads it, so an entry point refuses it by name (``refuse_missing``). (Only
+    when pandas is loaded: a value cannot be one of its markers otherwise.)"""
+    pandas = sys.modules.get("pandas")
+    if pandas is None:
+        return None
+    if value is pandas.NA:
+        return "pandas NA"
+    if value is pandas.NaT:
+        return "pandas NaT"
+    return None
+
+
+def refuse_missing(values: Mapping[str, Any]) -> None:
+    """``InputError`` naming the first of ``values`` (argument: value) that is pandas' missing
+    value (``missing_value``); None, the "not given" of many arguments, passes."""
+    for name, value in values.items():
+        kind = missing_value(value)
+        if kind is not None:
+            raise InputError(name, f"missing value ({kind})", "give a value or leave the argument out")
 
 
 def suggest(name: str, known: Iterable[str]) -> str:

@@ -76,7 +76,7 @@ from cost_models.layer_costs import (_attention_dims, attention_block_costs,
 from hardware_specs.catalog import DEFAULT_TRAINING_STACK, efficiency_for_cluster, load_cluster, load_gpu, load_stack
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError, as_given, require_plausible, suggest, whole_number
+from hardware_specs.errors import InputError, as_given, refuse_missing, require_plausible, suggest, whole_number
 from hardware_specs.gpu_spec import MAX_HBM_BYTES, MAX_RATE_PER_S, MIN_HBM_BYTES, MIN_RATE_PER_S, GPUSpec
 from hardware_specs.stack_spec import StackSpec
 from model_specs.catalog import load_model
@@ -567,6 +567,12 @@ def simulate_report(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpus:
     ``simulator.headroom``'s 5% of HBM) is checked first, as the command does, and kept in the
     report's ``extras[HEADROOM_EXTRA]`` (bytes), from which :func:`report_row` judges ``fits``;
     ``headroom.report_fits(report, headroom_gib)`` gives the same answer."""
+    # pandas' missing value (a DataFrame row's empty cell) named here, where every field arrives:
+    # pd.NA reached the checks as "TypeError: boolean value of NA is ambiguous"
+    refuse_missing({"model": model, "cluster": cluster, "gpus": gpus, "gpu": gpu, "seq_len": seq_len,
+                    "scaleout_gbit_per_s": scaleout_gbit_per_s, "scaleup_gbit_per_s": scaleup_gbit_per_s,
+                    "hbm_gib": hbm_gib, "hbm_tb_per_s": hbm_tb_per_s, "peak_flops_scale": peak_flops_scale,
+                    "efficiency": efficiency, "stack": stack, "headroom_gib": headroom_gib, **config_fields})
     _check_efficiency(efficiency)
     model_spec = _model(model, seq_len)
     cluster_spec = what_if_cluster(cluster, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s, hbm_gib=hbm_gib,
@@ -678,6 +684,11 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
         >>> plans = plan("llama3-70b", "dgx-h100", gpus=256, global_batch_tokens=4 * 2**20)  # doctest: +SKIP
         >>> plans.iloc[0][["config", "tokens_per_s", "mfu_bf16_pct", "memory_gib"]]           # doctest: +SKIP
     """
+    # pandas' missing value named, as simulate_report names it (pd.NA failed as a TypeError)
+    refuse_missing({"model": model, "cluster": cluster, "gpus": gpus, "global_batch_tokens": global_batch_tokens,
+                    "gpu": gpu, "seq_len": seq_len, "scaleout_gbit_per_s": scaleout_gbit_per_s,
+                    "scaleup_gbit_per_s": scaleup_gbit_per_s, "hbm_gib": hbm_gib, "hbm_tb_per_s": hbm_tb_per_s,
+                    "peak_flops_scale": peak_flops_scale, **constraints})
     # a non-model efficiency ('hopper') reached the cost model as an AttributeError, as simulate refuses it
     _check_efficiency(constraints.get("efficiency"))
     fn = _planner()
@@ -877,6 +888,8 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
     where paraplan has one (torchtitan), else on Megatron-Core's; a given table keeps the stack it
     was ranked on."""
     from paraplan import exports
+    refuse_missing({"framework": framework, "model": model, "cluster": cluster, "gpus": gpus,
+                    "global_batch_tokens": global_batch_tokens, **kwargs})      # pd.NA named, as plan does
     exports.module(framework, "framework")          # unknown names fail before the search
     _check_efficiency(kwargs.get("efficiency"))     # a given table skips plan's own check
     if plans is not None and not isinstance(plans, pd.DataFrame):
@@ -1010,6 +1023,7 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
         ...            zero_stage=1, sequence_parallel=True, recompute="selective"),
         ...       "gpus", [64, 128, 256])[["gpus", "tokens_per_s", "mfu_bf16_pct"]]        # doctest: +SKIP
     """
+    refuse_missing({"field": field, "on_error": on_error, "best": best})     # pd.NA: a TypeError in the checks
     check_field(field)
     if on_error not in ("raise", "skip"):
         raise InputError("on_error", f"must be 'raise' or 'skip', got {on_error!r}")
@@ -1127,6 +1141,9 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     ``achieved_peak_tflop_per_s`` (plateau GEMM rate), ``achieved_hbm_tb_per_s``, ``gpu``, ``dtype``,
     ``efficiency_fitted`` (False: the achieved rates are an unfitted prior's).
     """
+    refuse_missing({"model": model, "cluster": cluster, "gpu": gpu, "tp": tp, "micro_batch": micro_batch,
+                    "seq_len": seq_len, "cp": cp, "ep": ep, "dtype": dtype, "efficiency": efficiency,
+                    "stack": stack})        # pd.NA named, as simulate does
     # whole numbers >= 1, as simulate takes them: -1 gave negative times, nan NaNs, 2.5 was
     # truncated, '2' and cp=0 failed inside (TypeError, ZeroDivisionError)
     tp, micro_batch, cp = (_whole_at_most(name, value, MAX_GPUS) for name, value in

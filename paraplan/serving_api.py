@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from hardware_specs.errors import InputError, suggest
+from hardware_specs.errors import InputError, refuse_missing, suggest
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan import serving_priors
@@ -190,6 +190,11 @@ def serving_context(model: str | ModelSpec, system: str, backend: str = "vllm", 
     """The ``ServingContext`` ``serve simulate`` would build, on the what-if hardware, refusing
     what it refuses (``paraplan.serving_inputs``: a release beside a stack name, expert options
     on a dense model), each error headed by the keyword given (``system``, ``speculative_tokens``)."""
+    refuse_missing({"model": model, "system": system, "backend": backend, "backend_version": backend_version,
+                    "precision": precision, "expert_precision": expert_precision, "kv_cache_dtype": kv_cache_dtype,
+                    "speculative_tokens": speculative_tokens, "draft_acceptance": draft_acceptance,
+                    "draft_model": draft_model, "gpu": gpu, "hbm_gib": hbm_gib, "hbm_tb_per_s": hbm_tb_per_s,
+                    "scaleup_gbit_per_s": scaleup_gbit_per_s, "scaleout_gbit_per_s": scaleout_gbit_per_s})
     try:
         return _serving_context(model, system, backend, backend_version=backend_version, precision=precision,
                                 expert_precision=expert_precision, kv_cache_dtype=kv_cache_dtype,
@@ -239,6 +244,10 @@ def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl:
     NVLink domains the workers must sit whole (``cost_models.worker_placement``).
     ``context``: the ``serving_context`` keywords (``CONTEXT_FIELDS``)."""
     _refuse_unknown(context, "a serving deployment", SWEEP_FIELDS)
+    # pandas' missing value named here, where every keyword arrives (pd.NA as osl or kv_cache_dtype
+    # failed as "TypeError: boolean value of NA is ambiguous")
+    refuse_missing({"model": model, "system": system, "isl": isl, "osl": osl, "tp": tp, "pp": pp, "adp": adp,
+                    "moe_tp": moe_tp, "moe_ep": moe_ep, "batch": batch, "workers": workers, "gpus": gpus, **context})
     try:
         return _serve_simulate(model, system, isl=isl, osl=osl, tp=tp, pp=pp, adp=adp, moe_tp=moe_tp, moe_ep=moe_ep,
                                batch=batch, workers=workers, gpus_given=gpus, **context)
@@ -300,6 +309,7 @@ def serve_sweep(base: Mapping[str, Any], field: str, values: Iterable[Any]) -> p
     where a value failed, an integer or bool column with such a hole as nullable ``Int64`` /
     ``boolean``, ``paraplan.sweep_table``). Each value is its own deployment and context
     (tens of values, not a search: ``serve_plan`` searches layouts vectorised)."""
+    refuse_missing({"field": field})        # pd.NA failed as a TypeError in the field check
     if not isinstance(base, Mapping) or "model" not in base or "system" not in base:
         raise InputError("base", "must be a mapping with at least model and system",
                          "e.g. dict(model='llama3.1-70b', system='dgx-h100', tp=4)")
@@ -356,6 +366,9 @@ def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 102
     ``candidates`` and ``front`` are the search's, whatever launches. On a dense model the
     expert-split columns are NaN (``EXPERT_SPLIT_DTYPES``), as serve plan's --json gives null."""
     _refuse_unknown(context, "a serving plan", _PLAN_KEYWORDS)     # its own keywords too: tpot -> tpot_ms
+    refuse_missing({"model": model, "system": system, "gpus": gpus, "isl": isl, "osl": osl, "ttft_ms": ttft_ms,
+                    "tpot_ms": tpot_ms, "modes": modes, "max_batch": max_batch, "allow_pp": allow_pp,
+                    "rank_by": rank_by, **context})       # pd.NA named, as serve_simulate does
     ctx = serving_context(model, system, **context)
     # "agg" is one mode, not three letters; "both" as on the command line
     if isinstance(modes, str):
