@@ -25,7 +25,7 @@ import functools
 import itertools
 import time
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -33,7 +33,7 @@ import pandas as pd
 from hardware_specs.catalog import load_pooled_cluster, load_stack
 from hardware_specs.mfu_reference import reference_name
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, whole_number
 from hardware_specs.pools import Pool, PooledCluster
 from hardware_specs.stack_spec import StackSpec
 from model_specs.catalog import load_model
@@ -578,6 +578,22 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
     Raises ``InputError`` when nothing fits or the request is malformed (naming the pool at fault).
     """
     t0 = time.perf_counter()
+    # the search's options checked as planners.plan checks them: stack=None failed as an
+    # AttributeError, max_tp inf / nan / '8' inside int(), micro_batches=5 as a TypeError, and
+    # micro_batches=0 (or []) was silently the default search
+    if not isinstance(stack, (str, StackSpec)):
+        raise InputError("stack", f"expected a stack name or file, got {type(stack).__name__}",
+                         "e.g. stack='megatron-core' (paraplan hardware stacks)")
+    max_tp, max_micro_batch = (None if v is None else whole_number(name, v) for name, v in (
+        ("max_tp", max_tp), ("max_micro_batch", max_micro_batch)))
+    if micro_batches is not None:
+        if isinstance(micro_batches, (str, bytes)) or not isinstance(micro_batches, Iterable):
+            raise InputError("micro_batches", f"must be a list of micro-batch sizes, got {micro_batches!r}",
+                             "e.g. micro_batches=[1, 2], or leave it out to try every divisor of the global batch")
+        micro_batches = [whole_number("micro_batches", mb) for mb in micro_batches]
+        if not micro_batches:
+            raise InputError("micro_batches", "names no micro-batch size",
+                             "give at least one, or leave it out to try every divisor of the global batch")
     model = load_model(model) if isinstance(model, str) else model
     cluster = load_pooled_cluster(cluster) if isinstance(cluster, str) else cluster
     if model.moe is not None or model.mtp_layers:
@@ -595,16 +611,14 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
     if headroom_gib is not None:
         headroom.headroom_gib(float("inf"), headroom_gib)      # negative, nan, inf: one error, up front
     effs_all = pool_efficiencies(cluster, dict(efficiency or {}))
-    if max_tp is not None and max_tp < 1:
-        raise InputError("max_tp", f"must be >= 1, got {max_tp}")
     mbs = cand.divisors(gbs)
-    if micro_batches:
+    if micro_batches is not None:
         for mb in micro_batches:
-            if int(mb) < 1 or gbs % int(mb):
+            if gbs % mb:
                 raise InputError("micro_batch", f"{mb} does not divide the global batch of {gbs} sequences",
                                  "choose a divisor of the global batch")
-        mbs = np.array(sorted({int(mb) for mb in micro_batches}), dtype=np.int64)
-    elif max_micro_batch:
+        mbs = np.array(sorted(set(micro_batches)), dtype=np.int64)
+    elif max_micro_batch is not None:
         mbs = mbs[mbs <= max_micro_batch]
     rc_names = tuple(recomputes or (r.value for r in Recompute))
     search = {"max_tp": int(max_tp or 10**9), "micro_batches": tuple(int(x) for x in mbs),

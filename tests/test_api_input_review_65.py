@@ -70,3 +70,48 @@ def test_serving_api_names_a_pandas_na_keyword():
     with pytest.raises(InputError) as err:
         serving_api.serve_sweep(dict(model="llama3.1-8b", system="dgx-h100"), pd.NA, [1])
     assert err.value.field == "field"
+
+
+# --- 2. plan_heterogeneous's options ----------------------------------------------------------------
+
+def _one_pool():
+    from hardware_specs.catalog import load_cluster
+    from hardware_specs.pools import Pool, PooledCluster
+    return PooledCluster("q", (Pool("q", load_cluster("dgx-h100"), 16),))
+
+
+@pytest.mark.parametrize("kwargs, field, message", [
+    # stack=None: refused as planners.plan (and so api.plan) refuses it; an AttributeError before
+    ({"stack": None}, "stack", "expected a stack name or file, got NoneType"),
+    ({"stack": 0}, "stack", "expected a stack name or file, got int"),
+    # max_tp as planners.plan checks it (whole_number): inf / nan / '8' failed inside int()
+    ({"max_tp": float("inf")}, "max_tp", "must be a whole number >= 1, got inf"),
+    ({"max_tp": float("nan")}, "max_tp", "must be a whole number >= 1, got nan"),
+    ({"max_tp": "8"}, "max_tp", "must be a whole number >= 1, got '8'"),
+    ({"max_tp": 0}, "max_tp", "must be a whole number >= 1, got 0"),
+    ({"max_micro_batch": 0}, "max_micro_batch", "must be a whole number >= 1, got 0"),
+    # micro_batches=5 was a TypeError (not iterable); 0 and [] were silently the default search
+    ({"micro_batches": 5}, "micro_batches", "must be a list of micro-batch sizes, got 5"),
+    ({"micro_batches": 0}, "micro_batches", "must be a list of micro-batch sizes, got 0"),
+    ({"micro_batches": []}, "micro_batches", "names no micro-batch size"),
+    ({"micro_batches": [1.5]}, "micro_batches", "must be a whole number >= 1, got 1.5"),
+])
+def test_plan_heterogeneous_names_a_bad_option(kwargs, field, message):
+    from planners.heterogeneous import plan_heterogeneous
+    with pytest.raises(InputError) as err:
+        plan_heterogeneous("llama3-8b", _one_pool(), 32, **kwargs)
+    assert (err.value.field, err.value.message) == (field, message)
+
+
+def test_plan_heterogeneous_stack_none_as_api_plan():
+    from paraplan import api
+    with pytest.raises(InputError) as err:
+        api.plan("llama3-8b", "dgx-h100", 8, global_batch=16, stack=None)
+    assert (err.value.field, err.value.message) == ("stack", "expected a stack name or file, got NoneType")
+
+
+def test_plan_heterogeneous_takes_numpy_options():
+    from planners.heterogeneous import plan_heterogeneous
+    given = plan_heterogeneous("llama3-8b", _one_pool(), 32, max_tp=4, micro_batches=[1, 2])
+    numpy = plan_heterogeneous("llama3-8b", _one_pool(), 32, max_tp=np.int64(4), micro_batches=np.array([1, 2]))
+    assert numpy.best_report.step_time_s == given.best_report.step_time_s
