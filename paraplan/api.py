@@ -239,7 +239,7 @@ def _whole_at_most(field: str, value: Any, largest: int) -> int:
     return number
 
 
-def what_if_gpu(gpu: GPUSpec, hbm_gib: float | None = None, hbm_tb_per_s: float | None = None,
+def what_if_gpu(gpu: str | GPUSpec, hbm_gib: float | None = None, hbm_tb_per_s: float | None = None,
                 peak_flops_scale: float | None = None) -> GPUSpec:
     """``gpu`` with another device memory (``hbm_gib``, GiB: the row's ``hbm_gib``), memory
     bandwidth (``hbm_tb_per_s``, TB/s = 10^12 bytes/s, as ``paraplan.serving_api``'s what-if) and/or
@@ -247,7 +247,10 @@ def what_if_gpu(gpu: GPUSpec, hbm_gib: float | None = None, hbm_tb_per_s: float 
     the scaled peak). Each value must be a positive finite number within plausible bounds; an
     ``InputError`` naming it otherwise. The GPU keeps its name, so its generation's efficiency
     model (and a cluster's measured one) applies: the kernels are taken to reach the same
-    fractions of the new peaks."""
+    fractions of the new peaks. ``gpu``: a ``GPUSpec`` or a catalog name / YAML file, loaded as
+    ``what_if_cluster`` loads one (a name had failed as a TypeError in ``dataclasses.replace``)."""
+    refuse_missing({"gpu": gpu, "hbm_gib": hbm_gib, "hbm_tb_per_s": hbm_tb_per_s, "peak_flops_scale": peak_flops_scale})
+    gpu = gpu if isinstance(gpu, GPUSpec) else load_gpu(gpu)    # anything else: InputError naming gpu
     values = {"hbm_gib": hbm_gib, "hbm_tb_per_s": hbm_tb_per_s, "peak_flops_scale": peak_flops_scale}
     bounds = {"hbm_gib": (MIN_HBM_BYTES / GIB, MAX_HBM_BYTES / GIB), "hbm_tb_per_s": (1e-3, 1e3),
               "peak_flops_scale": (1e-3, 1e3)}

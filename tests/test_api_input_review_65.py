@@ -115,3 +115,31 @@ def test_plan_heterogeneous_takes_numpy_options():
     given = plan_heterogeneous("llama3-8b", _one_pool(), 32, max_tp=4, micro_batches=[1, 2])
     numpy = plan_heterogeneous("llama3-8b", _one_pool(), 32, max_tp=np.int64(4), micro_batches=np.array([1, 2]))
     assert numpy.best_report.step_time_s == given.best_report.step_time_s
+
+
+# --- 3. what_if_gpu takes a GPU's name ------------------------------------------------------------
+
+def test_what_if_gpu_loads_a_name_as_what_if_cluster_does():
+    from hardware_specs.catalog import load_gpu
+    from paraplan import api
+    # a name failed as a TypeError in dataclasses.replace
+    by_name = api.what_if_gpu("h100-sxm-80gb", hbm_gib=96)
+    assert by_name == api.what_if_gpu(load_gpu("h100-sxm-80gb"), hbm_gib=96)
+    assert (by_name.name, by_name.hbm_bytes) == ("h100-sxm-80gb", 96 * 2**30)
+    assert api.what_if_gpu("h100-sxm-80gb") == load_gpu("h100-sxm-80gb")
+
+
+@pytest.mark.parametrize("gpu, message", [
+    (5, "expected a catalog name or a YAML file path, got int"),
+    (None, "expected a catalog name or a YAML file path, got NoneType"),
+    ([1], "expected a catalog name or a YAML file path, got list"),
+    (pd.NA, "missing value (pandas NA)"),
+])
+def test_what_if_gpu_names_gpu_for_anything_else(gpu, message):
+    from paraplan import api
+    with pytest.raises(InputError) as err:
+        api.what_if_gpu(gpu, hbm_gib=80)
+    assert (err.value.field, err.value.message) == ("gpu", message)
+    with pytest.raises(InputError) as err:
+        api.what_if_gpu("no-such-gpu", hbm_gib=80)
+    assert err.value.field == "gpu" and err.value.message == "unknown gpu 'no-such-gpu'"
