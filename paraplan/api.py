@@ -526,7 +526,7 @@ def with_stack_fields(model: ModelSpec, cluster: ClusterSpec, stack: str | Stack
     out = dict(fields)
     if out.get("dtype") is None:
         out["dtype"] = sixteen_bit_dtype(cluster.gpu)
-    spec = load_stack(stack or DEFAULT_STACK) if not isinstance(stack, StackSpec) else stack
+    spec = _stack_spec(stack)
     gpu = cluster.gpu.name
     for key, value in stack_config_fields(spec, out["dtype"], model.name, gpu).items():
         if out.get(key) is None:
@@ -548,6 +548,15 @@ def with_stack_fields(model: ModelSpec, cluster: ClusterSpec, stack: str | Stack
         # a given flavour the stack's framework does not run is refused, as `paraplan simulate --cp-kind`
         check_stack_cp_kind(spec, out["cp_kind"], model.name, gpu, out["dtype"], flag="cp_kind=")
     return out
+
+
+def _stack_spec(stack: Any) -> StackSpec:
+    """``stack`` as a ``StackSpec``: None is the default stack (``DEFAULT_STACK``), a name or file
+    is loaded (``load_stack``: anything but text an ``InputError`` naming ``stack``). Not by its
+    truth value: 0, False and [] had silently run the default stack."""
+    if isinstance(stack, StackSpec):
+        return stack
+    return load_stack(DEFAULT_STACK if stack is None else stack)
 
 
 def _check_efficiency(efficiency: Any) -> None:
@@ -593,15 +602,14 @@ def simulate_report(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpus:
     if config_fields.get("zero_stage") is None:
         # the stack's documented sharding at the resolved dp and cp, as `paraplan simulate`
         # (``simulator.stack_defaults.stack_zero_stage``)
-        spec = load_stack(stack or DEFAULT_STACK) if not isinstance(stack, StackSpec) else stack
+        spec = _stack_spec(stack)
         config_fields["zero_stage"] = stack_zero_stage(spec, config.dp, config.cp, model_spec.name,
                                                        cluster_spec.gpu.name, config.dtype)
         config = build_config(model_spec, gpus, **config_fields)
     if not etp_given:
         # the stack's default etp that does not fit, said as `paraplan simulate` says it
-        check_default_expert_tp(load_stack(stack or DEFAULT_STACK) if not isinstance(stack, StackSpec) else stack,
-                                model_spec, cluster_spec.gpu.name, config.dtype, config.dp, config.cp, config.tp,
-                                config.ep, config.etp, flag="etp=")
+        check_default_expert_tp(_stack_spec(stack), model_spec, cluster_spec.gpu.name, config.dtype, config.dp,
+                                config.cp, config.tp, config.ep, config.etp, flag="etp=")
     report = _simulate(model_spec, cluster_spec, config, n_gpus=gpus, efficiency=efficiency)
     if keep_gib is not None:
         report = replace(report, extras={**report.extras, HEADROOM_EXTRA: keep_gib * GIB})
@@ -634,7 +642,8 @@ def simulate(model: str | ModelSpec, cluster: str | ClusterSpec, **fields) -> pd
         ...     ["config", "step_time_s", "tokens_per_s", "mfu_bf16_pct", "memory_gib", "fits"]]  # doctest: +SKIP
     """
     report, model_spec, cluster_spec = simulate_report(model, cluster, **fields)
-    stack = fields.get("stack") or DEFAULT_STACK
+    stack = fields.get("stack")         # checked by simulate_report: None, a name or file, a StackSpec
+    stack = DEFAULT_STACK if stack is None else stack
     stack_name = stack.name if isinstance(stack, StackSpec) else str(stack)
     return pd.DataFrame([report_row(report, model_spec, cluster_spec, stack_name, fields.get("efficiency"),
                                     fields.get("peak_flops_scale"))],
@@ -717,7 +726,7 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
     # the stack fields every row was priced with, per dtype (a row carries only its searched
     # fields; an export reads the rest, ``best_plan_for``)
     df.attrs["software"] = {d: dict(f) for d, f in getattr(result, "software", {}).items()}
-    stack = constraints.get("stack") or DEFAULT_STACK
+    stack = DEFAULT_STACK if constraints.get("stack") is None else constraints["stack"]
     df.attrs["stack"] = stack.name if isinstance(stack, StackSpec) else str(stack)     # what it was priced on
     return df
 
@@ -871,7 +880,7 @@ def best_plan(model, cluster, gpus: int, global_batch_tokens: int | str | None =
     # ... and judged against the headroom it was planned with (plan(headroom_gib=0)'s winner, planned
     # to the last GiB, came back fits False against the default 5%)
     row = simulate(model, cluster, **{k: v for k, v in what_if.items() if v is not None},
-                   stack=constraints.get("stack") or DEFAULT_STACK, efficiency=constraints.get("efficiency"),
+                   stack=constraints.get("stack"), efficiency=constraints.get("efficiency"),
                    headroom_gib=constraints.get("headroom_gib"), **config)
     row.attrs["explain"] = plans.attrs.get("explain", "")
     return row
@@ -905,8 +914,10 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
                if k in kwargs}
     # ranked and priced on the framework's own stack where the catalog has one (a torchtitan plan
     # on torchtitan's profile: paraplan.exports.default_stack), or on the one a given table was
-    kwargs["stack"] = (kwargs.get("stack") or (plans.attrs.get("stack") if plans is not None else None)
-                       or exports.default_stack(framework))
+    if kwargs.get("stack") is not None:
+        _stack_spec(kwargs["stack"])        # 0, False or [] had silently run the default stack
+    else:
+        kwargs["stack"] = (plans.attrs.get("stack") if plans is not None else None) or exports.default_stack(framework)
     if plans is None:
         plans = plan(model, cluster, gpus, global_batch_tokens, **what_if, **kwargs)
     spec = _model(model, what_if.get("seq_len"))
@@ -1027,6 +1038,10 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
         ...       "gpus", [64, 128, 256])[["gpus", "tokens_per_s", "mfu_bf16_pct"]]        # doctest: +SKIP
     """
     refuse_missing({"field": field, "on_error": on_error, "best": best})     # pd.NA: a TypeError in the checks
+    if not isinstance(best, (bool, np.bool_)):      # 'abc', nan, -8 or [8] ran the planner by their truth value
+        raise InputError("best", f"must be True or False, got {best!r}",
+                         "best=True asks the planner for its best plan at each value; leave it out to simulate base")
+    best = bool(best)
     check_field(field)
     if on_error not in ("raise", "skip"):
         raise InputError("on_error", f"must be 'raise' or 'skip', got {on_error!r}")
@@ -1266,8 +1281,7 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
 def _stack_software(stack, dtype: str, model: ModelSpec, gpu: GPUSpec) -> dict:
     """``stack``'s ``ParallelConfig`` software fields for a run of ``model`` in ``dtype`` on ``gpu``
     (``simulate``'s default stack when None)."""
-    spec = stack if isinstance(stack, StackSpec) else load_stack(stack or DEFAULT_STACK)
-    return stack_config_fields(spec, dtype, model.name, gpu.name)
+    return stack_config_fields(_stack_spec(stack), dtype, model.name, gpu.name)
 
 
 def _grouped_gemm_streams(stack, dtype: str, model: ModelSpec, gpu: GPUSpec) -> int:

@@ -528,19 +528,21 @@ class ParallelConfig:
                              "set pp > 1 or leave them 0")
         self._check_memory_fields()
         object.__setattr__(self, "stack_lacks", feature_names(self.stack_lacks, "stack_lacks"))
-        if self.optimizer_moment_bytes not in (2, 4, 2.0, 4.0) or isinstance(self.optimizer_moment_bytes, bool):
+        if isinstance(self.optimizer_moment_bytes, (bool, np.bool_)) \
+                or self.optimizer_moment_bytes not in (2, 4, 2.0, 4.0):
             raise InputError("optimizer_moment_bytes", f"must be 2 or 4, got {self.optimizer_moment_bytes!r}")
         object.__setattr__(self, "optimizer_moment_bytes", float(self.optimizer_moment_bytes))
-        if self.master_weight_bytes not in (0, 2, 4, 0.0, 2.0, 4.0) or isinstance(self.master_weight_bytes, bool):
+        if isinstance(self.master_weight_bytes, (bool, np.bool_)) \
+                or self.master_weight_bytes not in (0, 2, 4, 0.0, 2.0, 4.0):
             raise InputError("master_weight_bytes", f"must be 0, 2 or 4, got {self.master_weight_bytes!r}")
         object.__setattr__(self, "master_weight_bytes", float(self.master_weight_bytes))
-        if self.grad_reduce_bytes not in (2, 4, 2.0, 4.0) or isinstance(self.grad_reduce_bytes, bool):
+        if isinstance(self.grad_reduce_bytes, (bool, np.bool_)) or self.grad_reduce_bytes not in (2, 4, 2.0, 4.0):
             raise InputError("grad_reduce_bytes", f"must be 2 or 4, got {self.grad_reduce_bytes!r}")
         object.__setattr__(self, "grad_reduce_bytes", float(self.grad_reduce_bytes))
-        if self.grad_buffer_bytes not in (2, 4, 2.0, 4.0) or isinstance(self.grad_buffer_bytes, bool):
+        if isinstance(self.grad_buffer_bytes, (bool, np.bool_)) or self.grad_buffer_bytes not in (2, 4, 2.0, 4.0):
             raise InputError("grad_buffer_bytes", f"must be 2 or 4, got {self.grad_buffer_bytes!r}")
         object.__setattr__(self, "grad_buffer_bytes", float(self.grad_buffer_bytes))
-        if self.offload_weight_bytes not in (2, 4, 2.0, 4.0) or isinstance(self.offload_weight_bytes, bool):
+        if isinstance(self.offload_weight_bytes, (bool, np.bool_)) or self.offload_weight_bytes not in (2, 4, 2.0, 4.0):
             raise InputError("offload_weight_bytes", f"must be 2 or 4, got {self.offload_weight_bytes!r}")
         object.__setattr__(self, "offload_weight_bytes", float(self.offload_weight_bytes))
         for name in ("grad_bucket_elements", "grad_bucket_elements_per_dp", "param_prefetch_forward",
@@ -550,7 +552,7 @@ class ParallelConfig:
                 as_float = float(value)
             except (TypeError, ValueError):
                 raise InputError(name, f"must be a number >= 0, got {value!r}") from None
-            if isinstance(value, bool) or not (0 <= as_float < float("inf")):
+            if isinstance(value, (bool, np.bool_)) or not (0 <= as_float < float("inf")):
                 raise InputError(name, f"must be a finite number >= 0, got {value!r}")
             object.__setattr__(self, name, as_float)
         for name in BOOL_FIELDS:
@@ -594,7 +596,11 @@ class ParallelConfig:
         try:
             imbalance = float(self.moe_load_imbalance)
         except (TypeError, ValueError):
-            raise InputError("moe_load_imbalance", f"expected a number, got {self.moe_load_imbalance!r}") from None
+            imbalance = None
+        if imbalance is None or isinstance(self.moe_load_imbalance, (bool, np.bool_)):
+            # True is not a ratio (it was read as 1.0, a balanced load)
+            raise InputError("moe_load_imbalance", f"expected a number, got {self.moe_load_imbalance!r}",
+                             "e.g. 1.2: the busiest expert-parallel rank's routed rows over the group's mean")
         if not 1.0 <= imbalance <= MAX_MOE_LOAD_IMBALANCE:      # also false for nan
             raise InputError("moe_load_imbalance", f"must be between 1 (perfectly balanced) and "
                              f"{MAX_MOE_LOAD_IMBALANCE:,}, got {self.moe_load_imbalance!r}")
@@ -630,7 +636,7 @@ class ParallelConfig:
         except (TypeError, ValueError):
             raise InputError("offload_optimizer_fraction", f"must be a number in [0, 1], got "
                              f"{self.offload_optimizer_fraction!r}") from None
-        if isinstance(self.offload_optimizer_fraction, bool) or not 0.0 <= fraction <= 1.0:
+        if isinstance(self.offload_optimizer_fraction, (bool, np.bool_)) or not 0.0 <= fraction <= 1.0:
             raise InputError("offload_optimizer_fraction", f"must be in [0, 1], got {self.offload_optimizer_fraction!r}")
         object.__setattr__(self, "offload_optimizer_fraction", fraction)
         if fraction > 0 and self.dtype == "fp32":

@@ -143,3 +143,59 @@ def test_what_if_gpu_names_gpu_for_anything_else(gpu, message):
     with pytest.raises(InputError) as err:
         api.what_if_gpu("no-such-gpu", hbm_gib=80)
     assert err.value.field == "gpu" and err.value.message == "unknown gpu 'no-such-gpu'"
+
+
+# --- 4. no input read by its truth value ------------------------------------------------------------
+
+@pytest.mark.parametrize("best", ["abc", np.nan, -8, [8], 1, None])
+def test_sweep_best_must_be_a_bool(best):
+    from paraplan import api
+    # each ran (or skipped) the planner by its truth value
+    with pytest.raises(InputError) as err:
+        api.sweep(dict(model="llama3-8b", cluster="dgx-h100", gpus=8, global_batch=16), "hbm_gib", [80], best=best)
+    assert err.value.field == "best" and err.value.message == f"must be True or False, got {best!r}"
+
+
+def test_sweep_best_takes_a_numpy_bool():
+    from paraplan import api
+    base = dict(model="llama3-8b", cluster="dgx-h100", gpus=8, global_batch=16)
+    numpy = api.sweep(base, "hbm_gib", [80], best=np.True_)
+    assert list(numpy["config"]) == list(api.sweep(base, "hbm_gib", [80], best=True)["config"])
+
+
+@pytest.mark.parametrize("stack, message", [
+    (0, "expected a catalog name or a YAML file path, got int"),
+    (False, "expected a catalog name or a YAML file path, got bool"),
+    ([], "expected a catalog name or a YAML file path, got list"),
+    ("", "unknown stack ''"),
+])
+def test_simulate_stack_is_a_name_or_a_stack_spec(stack, message):
+    from paraplan import api
+    # each silently ran the default stack
+    for call in (lambda: api.simulate("llama3-8b", "dgx-h100", **BASE, stack=stack),
+                 lambda: api.layer_ops("llama3-8b", "dgx-h100", stack=stack),
+                 lambda: api.best_plan_for("megatron", "llama3-8b", "dgx-h100", 8, global_batch=16, stack=stack)):
+        with pytest.raises(InputError) as err:
+            call()
+        assert err.value.field == "stack" and err.value.message == message
+
+
+def test_simulate_stack_none_or_a_spec_runs():
+    from hardware_specs.catalog import load_stack
+    from paraplan import api
+    spec = api.simulate("llama3-8b", "dgx-h100", **BASE, stack=load_stack("torchtitan"))
+    named = api.simulate("llama3-8b", "dgx-h100", **BASE, stack="torchtitan")
+    assert spec["step_time_s"].iloc[0] == named["step_time_s"].iloc[0]
+    assert api.simulate("llama3-8b", "dgx-h100", **BASE, stack=None)["stack"].iloc[0] == "megatron-core"
+
+
+@pytest.mark.parametrize("field", ["moe_load_imbalance", "offload_optimizer_fraction", "grad_bucket_elements",
+                                   "param_prefetch_forward", "master_weight_bytes"])
+@pytest.mark.parametrize("flag", [True, False, np.True_, np.False_])
+def test_float_fields_refuse_bools(field, flag):
+    from paraplan import api
+    # moe_load_imbalance=True was read as 1.0 (a balanced load); numpy's bools as 1.0 / 0.0 elsewhere
+    with pytest.raises(InputError) as err:
+        api.simulate("mixtral-8x7b" if field == "moe_load_imbalance" else "llama3-8b", "dgx-h100",
+                     **{**BASE, field: flag})
+    assert err.value.field == field and repr(flag) in err.value.message
