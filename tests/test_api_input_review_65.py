@@ -199,3 +199,38 @@ def test_float_fields_refuse_bools(field, flag):
         api.simulate("mixtral-8x7b" if field == "moe_load_imbalance" else "llama3-8b", "dgx-h100",
                      **{**BASE, field: flag})
     assert err.value.field == field and repr(flag) in err.value.message
+
+
+# --- 5. paraplan measure names the option that makes a run too big -----------------------------------
+
+@pytest.mark.parametrize("size, field, flag, most", [
+    ({"steps": 100_000}, "steps", "--steps", 1_839),     # was named 'model'
+    ({"global_batch": 100_000}, "global_batch", "--global-batch", 1_839),
+    ({"copies": 128, "steps": 100}, "copies", "copies", 18),  # 128 x the default copies, 25 x its steps
+    ({"hidden_size": 8192, "num_layers": 64}, "hidden_size", "--hidden", 1_448),  # 4 heads divide it
+    ({"seq_len": 2**20, "global_batch": 1}, "seq_len", "--seq-len", 26_911),
+])
+def test_run_size_refusal_names_the_option_that_makes_it_too_big(size, field, flag, most):
+    from dataclasses import replace
+
+    from paraplan.measure.train import RUN_FLOPS, RunConfig
+    run = RunConfig(**size)
+    with pytest.raises(InputError) as err:
+        run.check_fits("cpu", host_bytes=0.0)
+    assert err.value.field == field and err.value.message.startswith("the run is about ")
+    assert err.value.fix.startswith(f"lower {flag} to {most:,} or less, or measure a smaller run: lower ")
+    # the value the fix gives is a run that fits with the other options as they are; the next the
+    # run takes (a hidden size its 4 heads divide) does not
+    after = 4 if field == "hidden_size" else 1
+    assert replace(run, **{field: most}).training_flops() <= RUN_FLOPS["cpu"] < \
+        replace(run, **{field: most + after}).training_flops()
+
+
+def test_measure_steps_names_steps():
+    pytest.importorskip("torch")        # the run-size check comes after torch is loaded
+    from cli_results import one_line_error, run
+    line = one_line_error(run("measure", "--steps", "100000"))
+    # the command's own --global-batch 4 and --seq-len 128: 1,839 steps of its default run fit
+    assert line.startswith("error: --steps: the run is about 1.1e+15 FLOPs, more than the 2e+13 ")
+    assert line.endswith("(lower --steps to 1,839 or less, or measure a smaller run: lower --seq-len, --hidden, "
+                         "--layers or --global-batch)")

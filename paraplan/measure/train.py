@@ -14,7 +14,7 @@ import numbers
 import os
 import statistics
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 from hardware_specs.errors import InputError
 from paraplan.measure.runtime import (LAUNCH_TIMEOUT_S, PROGRESS_KEY, check_threads_per_rank, choose_device, cpu_wait_fraction,
@@ -29,6 +29,20 @@ RUN_LIMITS = {"dp": 128, "tp": 128, "pp": 128, "copies": 128, "micro_batch": 409
 #: the most FLOPs a measured run may do, by device: minutes at the ~50-100 GFLOP/s a few CPU cores
 #: reach in fp32, or at a GPU's ~100 TFLOP/s
 RUN_FLOPS = {"cpu": 2e13, "cuda": 2e16}
+#: the options a measured run's FLOPs grow with (``RunConfig.training_flops``), in the order an
+#: error's fix lists them, and how ``paraplan measure`` spells those it has
+RUN_SIZE_OPTIONS = ("seq_len", "hidden_size", "num_layers", "vocab_size", "global_batch", "steps", "copies")
+RUN_SIZE_FLAGS = {"seq_len": "--seq-len", "hidden_size": "--hidden", "num_layers": "--layers",
+                  "global_batch": "--global-batch", "steps": "--steps"}
+
+
+def _run_flops(seq_len, hidden_size, num_layers, vocab_size, global_batch, steps, copies) -> float:
+    """``RunConfig.training_flops`` of these sizes."""
+    h, L, s, v = float(hidden_size), float(num_layers), float(seq_len), float(vocab_size)
+    per_token = 6.0 * (12.0 * h * h * L + v * h) + 6.0 * s * h * L
+    return per_token * s * float(global_batch) * float(steps) * float(copies)
+
+
 #: the least seconds one transformer layer of the measured GPT costs a rank per micro-batch,
 #: forward and backward, whatever its size: a small layer is bound by PyTorch's cost per operator
 #: call (dispatch, autograd, a kernel launch on GPUs), not by its FLOPs. One layer of ``gpt.py``
@@ -207,9 +221,40 @@ class RunConfig:
         12 h^2 of each layer and the output head's v h) per token, and the causal attention core
         (QK^T and AV, 2 x 2 s h a token per layer forward, half of it masked: 6 s h a token per
         layer for forward and backward), for global_batch x seq_len tokens a step."""
-        h, L, s, v = float(self.hidden_size), float(self.num_layers), float(self.seq_len), float(self.vocab_size)
-        per_token = 6.0 * (12.0 * h * h * L + v * h) + 6.0 * s * h * L
-        return per_token * s * self.global_batch * self.steps * self.copies
+        return _run_flops(**{name: getattr(self, name) for name in RUN_SIZE_OPTIONS})
+
+    def run_size_culprit(self, most: float) -> tuple[str, int | None]:
+        """The size option that makes the run's FLOPs (``training_flops``) more than ``most``,
+        and the largest value of it that fits with the others as they are (None where even 1
+        does not): of the options above ``RunConfig``'s defaults, the one whose own excess
+        multiplies the FLOPs most (its value at the default divides them most), so
+        ``measure --steps 100000`` names --steps, not the model; "model" where none is above."""
+        given = {name: int(getattr(self, name)) for name in RUN_SIZE_OPTIONS}
+        total = _run_flops(**given)
+        culprit, factor = "model", 1.0
+        for name in RUN_SIZE_OPTIONS:           # in the order the fix lists them
+            default = RUN_SIZE_DEFAULTS[name]
+            if given[name] > default:
+                ratio = total / _run_flops(**{**given, name: default})
+                if ratio > factor:
+                    culprit, factor = name, ratio
+        if culprit == "model":
+            return culprit, None
+        low, high = 0, given[culprit]           # FLOPs grow with each option: bisect the most that fits
+        while low < high:
+            mid = (low + high + 1) // 2
+            if _run_flops(**{**given, culprit: mid}) <= most:
+                low = mid
+            else:
+                high = mid - 1
+        # ... that the run takes: a hidden size the heads divide, a batch dp x micro-batch divides
+        step = {"hidden_size": int(self.num_heads), "global_batch": int(self.dp) * int(self.micro_batch)}
+        low -= low % step.get(culprit, 1)
+        try:
+            replace(self, **{culprit: low})
+        except InputError:                      # none does (fewer steps than the warm-up): no number
+            return culprit, None
+        return culprit, low
 
     def min_run_seconds(self, kind: str, cores: int | None = None, threads_per_rank: int = 1) -> float:
         """A lower bound of the run's wall seconds from its operator calls alone: each rank runs
@@ -244,10 +289,17 @@ class RunConfig:
         most = RUN_FLOPS["cuda" if kind == "cuda" else "cpu"]
         total = self.training_flops()
         if total > most:
-            raise InputError("seq_len" if self.seq_len > 4096 else "model",
-                             f"the run is about {total:.2g} FLOPs, more than the {most:.0g} a measured run does in "
-                             f"minutes on {'a GPU' if kind == 'cuda' else 'this CPU'}",
-                             "measure a smaller run: lower --seq-len, --hidden, --layers, --global-batch or --steps")
+            # named by the option that makes the run too big (--steps 100000 was refused as 'model')
+            culprit, fits = self.run_size_culprit(most)
+            others = [RUN_SIZE_FLAGS[n] for n in RUN_SIZE_OPTIONS if n != culprit and n in RUN_SIZE_FLAGS]
+            if culprit == "model":
+                fix = "measure a smaller run: lower " + ", ".join(others[:-1]) + f" or {others[-1]}"
+            else:
+                flag = RUN_SIZE_FLAGS.get(culprit, culprit)
+                fix = (f"lower {flag}" + (f" to {fits:,} or less" if fits else "")
+                       + ", or measure a smaller run: lower " + ", ".join(others[:-1]) + f" or {others[-1]}")
+            raise InputError(culprit, f"the run is about {total:.2g} FLOPs, more than the {most:.0g} a measured run "
+                             f"does in minutes on {'a GPU' if kind == 'cuda' else 'this CPU'}", fix)
 
     def check_finishes(self, kind: str, threads_per_rank: int = 1, timeout_s: float = LAUNCH_TIMEOUT_S) -> None:
         """``InputError`` when even ``min_run_seconds`` is past the launch's ``timeout_s``: many
@@ -279,6 +331,10 @@ class RunConfig:
     @property
     def num_microbatches(self) -> int:
         return self.global_batch // (self.dp * self.micro_batch)
+
+
+#: ``RunConfig``'s default of each ``RUN_SIZE_OPTIONS`` (a run within them is far below ``RUN_FLOPS``)
+RUN_SIZE_DEFAULTS = {f.name: f.default for f in fields(RunConfig) if f.name in RUN_SIZE_OPTIONS}
 
 
 def _one_f_one_b(model, mesh, tokens, targets, act_like):
