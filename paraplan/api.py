@@ -531,6 +531,9 @@ def with_stack_fields(model: ModelSpec, cluster: ClusterSpec, stack: str | Stack
     for key, value in stack_config_fields(spec, out["dtype"], model.name, gpu).items():
         if out.get(key) is None:
             out[key] = value
+    if fields.get("optimizer_moment_bytes") is not None and fields.get("moments_in_param_dtype") is None:
+        # an explicit moment width overrides a stack that keeps the moments in the weights' dtype
+        out["moments_in_param_dtype"] = False
     if out.get("sequence_parallel") is None:
         tp = 1 if out.get("tp") is None else whole_number("tp", out["tp"])
         out["sequence_parallel"] = stack_sequence_parallel(spec, tp, model.name, gpu,

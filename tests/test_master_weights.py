@@ -115,3 +115,26 @@ def test_a_megatron_export_refuses_nemo_1x_optimizer_state():
         _refuse_memory_features({**base, "master_weight_bytes": 0.0, "moments_in_param_dtype": True}, MODEL)
     assert _refuse_memory_features({**base, "master_weight_bytes": 4.0}, MODEL) is None
 
+
+
+def _param_dtype_stack(tmp_path):
+    """megatron-bridge-26.04 with its optimizer in the weights' dtype (a user's stack file)."""
+    from hardware_specs.catalog import BUILTIN_DIR
+    text = (BUILTIN_DIR / "stacks" / "megatron-bridge-26.04.yaml").read_text()
+    head, tail = text.split("  master_weights:\n    value: fp32\n", 1)
+    path = tmp_path / "param-dtype.yaml"
+    path.write_text(head.replace("name: megatron-bridge-26.04", "name: my-param-dtype", 1)
+                    + "  master_weights:\n    value: param_dtype\n" + tail)
+    return str(path)
+
+
+def test_an_explicit_moment_width_overrides_a_stack_that_keeps_moments_in_the_weights_dtype(tmp_path):
+    """bf16 moments and no master (stack param_dtype): 2 + 2 = 4 bytes a parameter; given
+    --optimizer-moment-bytes 4 the moments are fp32, still no master: 4 + 4 = 8 (it was ignored)."""
+    from paraplan import api
+    stack = _param_dtype_stack(tmp_path)
+    run = dict(gpus=8, global_batch=8, zero_stage=1, stack=stack)
+    plain = api.simulate("llama3-8b", "dgx-b200", **run).iloc[0]
+    wide = api.simulate("llama3-8b", "dgx-b200", optimizer_moment_bytes=4.0, **run).iloc[0]
+    assert plain["optimizer_gib"] == pytest.approx(STATES * 4 / 8 / 2**30, rel=1e-3)
+    assert wide["optimizer_gib"] == pytest.approx(STATES * 8 / 8 / 2**30, rel=1e-3)

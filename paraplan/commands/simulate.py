@@ -91,7 +91,7 @@ FULL_PRECISION_MEANING = {
 MEMORY_MEANING = {
     "weights_bytes": "16-bit weights (and the 8-bit copies of low-precision GEMMs)",
     "gradients_bytes": "fp32 main gradients",
-    "optimizer_bytes": "fp32 master weights, Adam m and v (less what is offloaded)",
+    "optimizer_bytes": "master weights (as the stack keeps them), Adam m and v (less what is offloaded)",
     "activations_bytes": "stored activations of in-flight micro-batches",
     "logits_bytes": "logits kept for the loss (and each MTP head)",
     "recompute_buffers_bytes": "the computing layer's recompute and CP buffers beyond the freed logits",
@@ -242,6 +242,9 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
     for key in SWITCH_OPTIONS:
         if opts.get(key) is not None:
             software[key] = opts[key]
+    if opts.get("optimizer_moment_bytes") is not None:
+        # an explicit moment width overrides a stack that keeps the moments in the weights' dtype
+        software["moments_in_param_dtype"] = False
     sp = opts["sequence_parallel"]
     if sp is None:
         sp = stack_sequence_parallel(stack, tp, model.name, cluster.gpu.name, opts["dtype"], model.moe is not None)
@@ -787,7 +790,7 @@ def _not_empty(value: str | None, option: str, comma_list: bool = False) -> str 
                    "groups; 0 = all of them.")
 @click.option("--optimizer-moment-bytes", type=click.Choice(["2", "4"]), callback=lambda c, p, v: None if v is None else float(v),
               help="Bytes per Adam moment: 4 (fp32) or 2 (BF16 moments, DeepSeek-V3; Megatron --exp-avg-dtype bf16) "
-                   "[default: 4].")
+                   "[default: 4, or the weights' dtype where the stack keeps its optimizer there]; given, it overrides the stack.")
 @click.option("--loss-chunk-tokens", type=click.IntRange(0), metavar="N",
               help="Compute the loss over chunks of N tokens (chunked / fused linear cross-entropy): only one chunk's "
                    "logits exist at a time; 0 = all at once.")
@@ -917,6 +920,9 @@ def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_pa
     for key in SWITCH_OPTIONS:
         if opts.get(key) is not None:
             software[key] = opts[key]
+    if opts.get("optimizer_moment_bytes") is not None:
+        # an explicit moment width overrides a stack that keeps the moments in the weights' dtype
+        software["moments_in_param_dtype"] = False
     sp = opts["sequence_parallel"]
     if sp is None:
         behaviour = stack.training_for(model.name, gpu, opts["dtype"])
