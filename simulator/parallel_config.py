@@ -9,7 +9,7 @@ from enum import Enum
 import numpy as np
 
 from cost_models.memory import RECOMPUTE_MODULES
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, as_float, shown_number
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from hardware_specs.stack_spec import CROSS_ENTROPY_IMPLS, check_grouped_gemm_streams, feature_names
 
@@ -549,12 +549,12 @@ class ParallelConfig:
                      "param_prefetch_backward", "param_prefetch_max_elements", "zero3_persistence_elements"):
             value = getattr(self, name)
             try:
-                as_float = float(value)
+                number = as_float(value)    # 10**400 reads as inf (float() raises OverflowError)
             except (TypeError, ValueError):
                 raise InputError(name, f"must be a number >= 0, got {value!r}") from None
-            if isinstance(value, (bool, np.bool_)) or not (0 <= as_float < float("inf")):
-                raise InputError(name, f"must be a finite number >= 0, got {value!r}")
-            object.__setattr__(self, name, as_float)
+            if isinstance(value, (bool, np.bool_)) or not (0 <= number < float("inf")):
+                raise InputError(name, f"must be a finite number >= 0, got {shown_number(value)}")
+            object.__setattr__(self, name, number)
         for name in BOOL_FIELDS:
             value = fields_[name]
             if value is True or value is False:
@@ -594,7 +594,7 @@ class ParallelConfig:
                              f"{self.dp}*{self.micro_batch}",
                              f"use a multiple of {self.dp * self.micro_batch}")
         try:
-            imbalance = float(self.moe_load_imbalance)
+            imbalance = as_float(self.moe_load_imbalance)      # 10**400: inf, refused below
         except (TypeError, ValueError):
             imbalance = None
         if imbalance is None or isinstance(self.moe_load_imbalance, (bool, np.bool_)):
@@ -603,7 +603,7 @@ class ParallelConfig:
                              "e.g. 1.2: the busiest expert-parallel rank's routed rows over the group's mean")
         if not 1.0 <= imbalance <= MAX_MOE_LOAD_IMBALANCE:      # also false for nan
             raise InputError("moe_load_imbalance", f"must be between 1 (perfectly balanced) and "
-                             f"{MAX_MOE_LOAD_IMBALANCE:,}, got {self.moe_load_imbalance!r}")
+                             f"{MAX_MOE_LOAD_IMBALANCE:,}, got {shown_number(self.moe_load_imbalance)}")
         object.__setattr__(self, "moe_load_imbalance", imbalance)
 
     def _check_memory_fields(self) -> None:
@@ -632,12 +632,13 @@ class ParallelConfig:
             raise InputError("recompute_layers_decrement", "applies to the block method only",
                              "use recompute_method block")
         try:
-            fraction = float(self.offload_optimizer_fraction)
+            fraction = as_float(self.offload_optimizer_fraction)     # 10**400: inf, refused below
         except (TypeError, ValueError):
             raise InputError("offload_optimizer_fraction", f"must be a number in [0, 1], got "
                              f"{self.offload_optimizer_fraction!r}") from None
         if isinstance(self.offload_optimizer_fraction, (bool, np.bool_)) or not 0.0 <= fraction <= 1.0:
-            raise InputError("offload_optimizer_fraction", f"must be in [0, 1], got {self.offload_optimizer_fraction!r}")
+            raise InputError("offload_optimizer_fraction", f"must be in [0, 1], got "
+                             f"{shown_number(self.offload_optimizer_fraction)}")
         object.__setattr__(self, "offload_optimizer_fraction", fraction)
         if fraction > 0 and self.dtype == "fp32":
             raise InputError("offload_optimizer_fraction", "offloads the fp32 master copy of mixed-precision "

@@ -34,10 +34,11 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from hardware_specs.yaml_files import exists, is_file, parse_yaml
-from hardware_specs.errors import InputError, as_given, check_spec_size, suggest
+from hardware_specs.errors import InputError, as_given, check_spec_size, is_finite, shown_number, suggest
 from model_specs.model_spec import SIZE_LIMITS
 from planners.search_space import FIXABLE
-from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, AttentionKernel, CPKind, Recompute, Schedule
+from simulator.parallel_config import (MAX_GLOBAL_BATCH, MAX_GPUS, MAX_MOE_LOAD_IMBALANCE, AttentionKernel, CPKind,
+                                      Recompute, Schedule)
 
 #: what a point evaluates: a training step (``simulator``; this module's ``SweepSpec``) or a
 #: serving deployment search (``serving_spec.ServingSweepSpec``: serve plan's best per point)
@@ -181,9 +182,11 @@ def _values(data: Mapping, key: str, kind, allow_none: bool = False) -> tuple:
                     raise InputError(key, f"{parsed:,} is above the largest supported value {_LIMITS[key]:,}",
                                      "check the number")
                 item = parsed
-            if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item) \
-                    or item != int(item) or item < 1:
-                raise InputError(key, f"expected whole numbers >= 1, got {item!r}")
+            # an int is whole however large: math.isfinite(10**400) raises OverflowError, so only a
+            # float is asked whether it is finite (a huge int is then above the axis's limit)
+            if isinstance(item, bool) or not isinstance(item, (int, float)) \
+                    or (isinstance(item, float) and not math.isfinite(item)) or item != int(item) or item < 1:
+                raise InputError(key, f"expected whole numbers >= 1, got {shown_number(item)}")
             if int(item) > _LIMITS[key]:
                 raise InputError(key, f"{as_given(item)} is above the largest supported value {_LIMITS[key]:,}",
                                  "check the number")
@@ -212,24 +215,32 @@ def _config_values(value: Any, key: str) -> tuple:
     items = value if isinstance(value, list) else [value]
     for item in items:
         if key in _INT_CONFIG:
-            ok = not isinstance(item, bool) and isinstance(item, (int, float)) and math.isfinite(item) \
-                and item == int(item)
+            ok = not isinstance(item, bool) and isinstance(item, (int, float)) \
+                and (isinstance(item, int) or math.isfinite(item)) and item == int(item)
             what = "whole numbers"
         elif key in _BOOL_CONFIG:
             ok, what = isinstance(item, bool), "true or false"
         elif key == "moe_load_imbalance":
-            ok = not isinstance(item, bool) and isinstance(item, (int, float)) and math.isfinite(item)
+            ok = not isinstance(item, bool) and isinstance(item, (int, float)) and is_finite(item)
             what = "finite numbers"
+            if not ok and isinstance(item, int) and not isinstance(item, bool):
+                # 10**400 is finite but too large for a float: refused by ParallelConfig's bound, as
+                # the degrees are below, not as a non-finite number
+                if item > 0:
+                    raise InputError(f"config.{key}", f"{as_given(item)} is above the largest supported value "
+                                     f"{MAX_MOE_LOAD_IMBALANCE:,}", "check the number")
+                raise InputError(f"config.{key}", f"must be between 1 (perfectly balanced) and "
+                                 f"{MAX_MOE_LOAD_IMBALANCE:,}, got {shown_number(item)}")
         else:
             ok, what = isinstance(item, str), "names"
         if not ok:
-            raise InputError(f"config.{key}", f"expected {what}, got {item!r}")
+            raise InputError(f"config.{key}", f"expected {what}, got {shown_number(item)}")
         if key in _INT_CONFIG:
             # no point of the grid can run a degree or micro-batch below 1 or a ZeRO stage past 3
             # (a ZeRO shard group of 0 shards over every data-parallel rank)
             low, high = {"zero_stage": (0, 3), "zero_shard_group": (0, None)}.get(key, (1, None))
             if item < low or (high is not None and item > high):
-                raise InputError(f"config.{key}", f"{item!r} is out of range",
+                raise InputError(f"config.{key}", f"{shown_number(item)} is out of range",
                                  {"zero_stage": "ZeRO stages are 0 to 3",
                                   "zero_shard_group": "a ZeRO shard group is 0 (every rank) or >= 1 ranks"}.get(
                                      key, "degrees and micro-batches are >= 1"))

@@ -1,0 +1,67 @@
+"""Fixes from the session-65 input review of the training commands: an integer too large for a
+float (``10**400``) in a sweep spec or a ``ParallelConfig`` field is the field's one-line error,
+not ``OverflowError``."""
+from __future__ import annotations
+
+import pytest
+import yaml
+from cli_results import one_line_error, run
+
+from hardware_specs.errors import InputError
+from paraplan import api
+
+HUGE = 10**400
+#: a sweep of one point that runs (each case replaces one key)
+POINT = {"models": ["llama3-8b"], "clusters": ["dgx-h100"], "gpus": [8], "global_batch": [8], "search": "simulate"}
+
+
+@pytest.mark.parametrize("key, value, line", [
+    ("config", {"tp": [1, HUGE]},
+     "error: config.tp: an integer of 401 digits is above the largest supported value 16,777,216 (check the number)"),
+    ("config", {"moe_load_imbalance": HUGE},
+     "error: config.moe_load_imbalance: an integer of 401 digits is above the largest supported value 1,048,576 "
+     "(check the number)"),
+    ("config", {"moe_load_imbalance": -HUGE},
+     "error: config.moe_load_imbalance: must be between 1 (perfectly balanced) and 1,048,576, got an integer of "
+     "401 digits (correct config.moe_load_imbalance; the command's --help says what it takes)"),
+    ("gpus", [HUGE],
+     "error: gpus: an integer of 401 digits is above the largest supported value 16,777,216 (check the number)"),
+    ("global_batch", [HUGE],
+     "error: global_batch: an integer of 401 digits is above the largest supported value 1,099,511,627,776 "
+     "(check the number)"),
+    ("seq_len", [HUGE],
+     "error: seq_len: an integer of 401 digits is above the largest supported value 1,073,741,824 (check the number)"),
+])
+def test_a_sweep_spec_holding_an_integer_too_large_for_a_float_is_its_keys_error(tmp_path, key, value, line):
+    """``math.isfinite(10**400)`` raises OverflowError: the sweep exited 1 with 'error: internal:
+    OverflowError: int too large to convert to float'; now the key's bound refuses it, exit 2,
+    and nothing is written under --out."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({**POINT, key: value}))
+    out = tmp_path / "o"
+    result = run("sweep", spec, "--out", out, "--local")
+    assert one_line_error(result) == line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("field, line", [
+    ("grad_bucket_elements", "grad_bucket_elements: must be a finite number >= 0, got an integer of 401 digits"),
+    ("grad_bucket_elements_per_dp",
+     "grad_bucket_elements_per_dp: must be a finite number >= 0, got an integer of 401 digits"),
+    ("param_prefetch_forward", "param_prefetch_forward: must be a finite number >= 0, got an integer of 401 digits"),
+    ("param_prefetch_backward", "param_prefetch_backward: must be a finite number >= 0, got an integer of 401 digits"),
+    ("param_prefetch_max_elements",
+     "param_prefetch_max_elements: must be a finite number >= 0, got an integer of 401 digits"),
+    ("zero3_persistence_elements",
+     "zero3_persistence_elements: must be a finite number >= 0, got an integer of 401 digits"),
+    ("moe_load_imbalance",
+     "moe_load_imbalance: must be between 1 (perfectly balanced) and 1,048,576, got an integer of 401 digits"),
+    ("offload_optimizer_fraction", "offload_optimizer_fraction: must be in [0, 1], got an integer of 401 digits"),
+])
+def test_api_simulate_with_an_integer_too_large_for_a_float_names_the_field(field, line):
+    """``float(10**400)`` raised a bare OverflowError out of ParallelConfig; now it reads as inf
+    (``errors.as_float``) and the field's own check refuses it."""
+    with pytest.raises(InputError) as caught:
+        api.simulate("llama3-8b", "dgx-h100", gpus=8, global_batch=8, **{field: HUGE})
+    assert str(caught.value) == line
+    assert caught.value.field == field
