@@ -10,11 +10,12 @@ behaviour is refused with the known ones listed.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from hardware_specs.errors import InputError, check_name
 from hardware_specs.serving_behaviour import ServingBehaviour
-from hardware_specs.stack_spec import RecipeOverride, StackSpec, TrainingBehaviour, feature_names
+from hardware_specs.stack_spec import RecipeOverride, StackSpec, TrainingBehaviour, behaviour_error, feature_names
 from hardware_specs.yaml_files import get_field, refuse_unknown_keys
 
 
@@ -80,7 +81,10 @@ def _training_from_dict(values: dict, where: str) -> TrainingBehaviour:
         else:
             value = str(value)
         kwargs[key] = value
-    return TrainingBehaviour(**kwargs)
+    try:
+        return TrainingBehaviour(**kwargs)
+    except InputError as error:     # its own checks name training.<key>: say which block set it
+        raise behaviour_error(error, where) from None
 
 
 def _serving_from_dict(values: dict, where: str) -> ServingBehaviour:
@@ -168,6 +172,10 @@ def stack_from_dict(data: dict, where: str = "stack") -> StackSpec:
         overrides = {}
         for key, value in entry["training"].items():
             overrides[key] = getattr(_training_from_dict({key: value}, f"{here}.training"), key)
+        try:    # together, on the stack's defaults: a context_parallel_kind its kinds do not list
+            replace(training, **overrides)
+        except InputError as error:
+            raise behaviour_error(error, f"{here}.training") from None
         for sel in ("gpus", "dtypes"):
             if entry.get(sel) is not None and not isinstance(entry[sel], list):
                 raise InputError(f"{here}.{sel}", "must be a list")

@@ -581,6 +581,16 @@ class TrainingBehaviour:
             raise InputError("training.default_zero_stage", f"must be 0, 1, 2 or 3, got {self.default_zero_stage!r}")
 
 
+def behaviour_error(error: InputError, where: str) -> InputError:
+    """``error`` of ``TrainingBehaviour``'s own checks (named ``training.<key>``) named where the
+    file sets the behaviour: ``stack <name>.recipes[0].training.master_weights``, not the stack's
+    top-level ``training.master_weights``, which may be valid."""
+    field_ = error.field
+    if field_.startswith("training."):
+        field_ = f"{where}.{field_[len('training.'):]}"
+    return InputError(field_, error.message, error.fix)
+
+
 def model_key(name: str) -> str:
     """A model name reduced to lower-case letters and digits ("LLAMA3_70B (Megatron-Bridge)" and
     "llama3-70b" both give "llama370b"), for matching recipe entries."""
@@ -723,9 +733,12 @@ class StackSpec:
         if self.training is None or model_name is None:
             return self.training
         out = self.training
-        for recipe in self.recipes:
+        for i, recipe in enumerate(self.recipes):
             if recipe.applies_to(model_name, gpu, dtype):
-                out = replace(out, **dict(recipe.training))
+                try:
+                    out = replace(out, **dict(recipe.training))
+                except InputError as error:     # a value the recipes applied before it make invalid
+                    raise behaviour_error(error, f"stack {self.name}.recipes[{i}].training") from None
         return out
 
     def with_training(self, **behaviour: Any) -> "StackSpec":

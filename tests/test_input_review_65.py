@@ -1,7 +1,10 @@
 """Fixes from the session-65 input review of the training commands: an integer too large for a
 float (``10**400``) in a sweep spec or a ``ParallelConfig`` field is the field's one-line error,
-not ``OverflowError``."""
+not ``OverflowError``; a bad value in a stack recipe is named at the recipe."""
 from __future__ import annotations
+
+import copy
+from pathlib import Path
 
 import pytest
 import yaml
@@ -65,3 +68,52 @@ def test_api_simulate_with_an_integer_too_large_for_a_float_names_the_field(fiel
         api.simulate("llama3-8b", "dgx-h100", gpus=8, global_batch=8, **{field: HUGE})
     assert str(caught.value) == line
     assert caught.value.field == field
+
+
+BRIDGE = Path(__file__).resolve().parents[1] / "hardware_specs" / "stacks" / "megatron-bridge-26.04.yaml"
+
+
+def _stack_with(tmp_path, recipes, **top) -> Path:
+    """Megatron-Bridge 26.04's stack file with ``recipes`` in place of its own (and the top-level
+    training values of ``top``)."""
+    data = copy.deepcopy(yaml.safe_load(BRIDGE.read_text()))
+    data["recipes"] = recipes
+    for key, value in top.items():
+        data["training"][key]["value"] = value
+    path = tmp_path / "stack.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("recipes, top, line", [
+    ([{"models": ["llama3-8b"], "training": {"master_weights": "bogus"}, "source": "x"}], {},
+     "error: stack megatron-bridge-26.04.recipes[0].training.master_weights: unknown value 'bogus' "
+     "(choose one of fp32, bf16_remainder, param_dtype)"),
+    # one recipe setting a flavour its own list leaves out
+    ([{"models": ["llama3-8b"], "training": {"context_parallel_kind": "allgather", "context_parallel_kinds": ["ring"]},
+       "source": "x"}], {},
+     "error: stack megatron-bridge-26.04.recipes[0].training.context_parallel_kind: 'allgather' is not among the "
+     "flavours the release runs (ring) (add it to training.context_parallel_kinds or choose one of them)"),
+    # a flavour the stack's own list leaves out
+    ([{"models": ["llama3-8b"], "training": {"context_parallel_kind": "allgather"}, "source": "x"}],
+     {"context_parallel_kinds": ["ring"]},
+     "error: stack megatron-bridge-26.04.recipes[0].training.context_parallel_kind: 'allgather' is not among the "
+     "flavours the release runs (ring) (add it to training.context_parallel_kinds or choose one of them)"),
+    # valid each on the defaults, not once the first has narrowed the list: named at the second
+    ([{"models": ["llama3-8b"], "training": {"context_parallel_kinds": ["ring"]}, "source": "x"},
+      {"models": ["llama3-8b"], "training": {"context_parallel_kind": "allgather"}, "source": "x"}], {},
+     "error: stack megatron-bridge-26.04.recipes[1].training.context_parallel_kind: 'allgather' is not among the "
+     "flavours the release runs (ring) (add it to training.context_parallel_kinds or choose one of them)"),
+    # the stack's own value: its top-level block, not a bare training.<key>
+    ([], {"master_weights": "bogus"},
+     "error: stack megatron-bridge-26.04.training.master_weights: unknown value 'bogus' "
+     "(choose one of fp32, bf16_remainder, param_dtype)"),
+])
+def test_a_bad_stack_recipe_value_is_named_at_the_recipe(tmp_path, recipes, top, line):
+    """TrainingBehaviour's own checks named 'training.master_weights', the stack's top-level field
+    (valid in this file): now the recipe (or block) that sets the value is named, as the other
+    recipe errors are."""
+    stack = _stack_with(tmp_path, recipes, **top)
+    result = run("simulate", "-m", "llama3-8b", "-c", "dgx-b200", "-n", "8", "--global-batch", "8", "--stack", stack)
+    assert one_line_error(result) == line
+
