@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from cost_models.topology import tp_tiles_node
+from cost_models.topology import group_tiling, groups_tile_node, tp_tiles_node
 from hardware_specs.errors import InputError
 from hardware_specs.stack_spec import STACK_FEATURES
 from model_specs.model_spec import ModelSpec
@@ -358,6 +358,75 @@ def _schedules_run(c: SearchConstraints) -> tuple[tuple[str, ...], bool]:
     return tuple(c.schedules), False
 
 
+#: how an error names the group of each ``topology.group_blocks`` block, as ``check_cluster`` does
+_GROUP_TEXT = {"tp": ("tp", "tensor-parallel"), "etp": ("etp", "expert tensor-parallel"),
+               "ep": ("ep x etp", "expert-parallel"), "cp": ("tp x cp", "context-parallel"),
+               "zero_shard_group": ("tp x zero_shard_group", "ZeRO shard"), "dp": ("tp x cp x dp", "data-parallel")}
+
+
+def _tiling_dps(model: ModelSpec, c: SearchConstraints) -> np.ndarray:
+    """The dp of the layouts under ``c`` whose tensor-, context- and data-parallel groups tile the
+    scale-up domain, at any global batch: the data-parallel degrees a batch suggestion builds on."""
+    t = divisibility_only(model, c.gpus, c.global_batch, c.max_tp, c.fixed, c.kv_head_replication)
+    tiles = groups_tile_node(int(c.scaleup_gpus), t["n"], t["tp"], t["cp"], t["dp"])
+    return np.unique(t["dp"][np.broadcast_to(tiles, t["dp"].shape)])
+
+
+def _scaleup_at_fault(model: ModelSpec, c: SearchConstraints, what: str, gpus_per_node: int) -> InputError | None:
+    """When the scale-up domain tiling (the search's ``scaleup`` rule, ``check_cluster``'s: every
+    communication group divides the domain or is a multiple of it) is what leaves no layout (one
+    is left without it), the error names that rule and the groups it refuses: on 4608 GPUs of
+    NVL72 racks at a global batch of 4096 every dp dividing the batch is a power of 2, so no
+    tp x cp x dp is a multiple of 72 (it blamed the batch, which dp 8 x micro-batch 1 divides).
+    The fixes offered are checked by the search's rules; None when the tiling is not at fault."""
+    g = int(c.scaleup_gpus)
+    if not g or not _layout_exists(model, replace(c, scaleup_gpus=0)):
+        return None
+    batch_too = _layout_exists(model, _any_batch(c))       # a layout tiles, at another batch
+    t = divisibility_only(model, c.gpus, c.global_batch, c.max_tp, c.fixed, c.kv_head_replication)
+    if batch_too:
+        keep = c.global_batch % t["dp"] == 0
+        t = {k: v[keep] for k, v in t.items()}
+    # the groups of the base layouts (ep 1, no shard group) that none of them tiles; the expert
+    # and shard groups are crossed in later, and named together where those are what refuses
+    failing = [(name, block) for name, block, tiles in group_tiling(g, t["n"], t["tp"], t["cp"], t["dp"])
+               if len(t["n"]) and not bool(np.any(tiles))]
+    if failing:
+        name, block = failing[-1]       # the widest (dp) first: a narrower group failing fails it too
+        product, group = _GROUP_TEXT[name]
+        sizes = np.unique(block)
+        shown = ", ".join(str(b) for b in sizes[:6]) + (", ..." if len(sizes) > 6 else "")
+        groups = f"{product} is {shown}, so a {group} group would span domains unevenly"
+    else:
+        groups = ("each has a tensor-, context-, expert-, data-parallel or ZeRO shard group that would span "
+                  "domains unevenly")
+    which = (f"dividing the global batch of {c.global_batch} sequences into dp x micro-batch " if batch_too else "")
+    reason = (f"no layout of {model.name} on {what} {which}tiles the {g}-GPU scale-up domain: "
+              f"every communication group must divide {g} or be a multiple of it, and in those layouts {groups}")
+    fixes = []
+    near = _nearby_counts(model, c, gpus_per_node)
+    if near:
+        fixes.append("use " + " or ".join(str(n) for n in near) + " GPUs")
+    if batch_too:
+        batch = _batch_suggestion(model, c, _tiling_dps(model, c))
+        if batch:
+            fixes.append(f"use {batch}")
+    if c.fixed and not fixes:
+        # the fixed values are not the fault alone (_fixed_value_at_fault), but with the tiling
+        # they may leave no batch: freed, some layout may tile at this batch or a nearby one
+        freed = replace(c, fixed={})
+        drop = "drop the fixed " + ", ".join(f"{k}={'/'.join(map(str, v))}" for k, v in c.fixed.items())
+        if _layout_exists(model, freed):
+            fixes.append(drop)
+        elif _layout_exists(model, _any_batch(freed)):
+            batch = _batch_suggestion(model, freed, _tiling_dps(model, freed))
+            if batch:
+                fixes.append(f"{drop} and use {batch}")
+    if not fixes:
+        fixes.append(f"use a GPU count whose layouts' groups tile the {g}-GPU domain")
+    return InputError("gpus", reason, "; ".join(fixes))
+
+
 def no_layout(model: ModelSpec, c: SearchConstraints, gpus_per_node: int = 1) -> InputError:
     """The error for a request where no configuration passes the divisibility rules."""
     lo, hi = c.gpus
@@ -372,6 +441,9 @@ def no_layout(model: ModelSpec, c: SearchConstraints, gpus_per_node: int = 1) ->
     if lacked is not None:
         return lacked
     at_fault = _fixed_pair_at_fault(model, c, what)
+    if at_fault is not None:
+        return at_fault
+    at_fault = _scaleup_at_fault(model, c, what, gpus_per_node)
     if at_fault is not None:
         return at_fault
     t = divisibility_only(model, c.gpus, c.global_batch, c.max_tp, c.fixed, c.kv_head_replication)

@@ -1,6 +1,7 @@
 """Fixes from the session-65 input review of the training commands: an integer too large for a
 float (``10**400``) in a sweep spec or a ``ParallelConfig`` field is the field's one-line error,
-not ``OverflowError``; a bad value in a stack recipe is named at the recipe."""
+not ``OverflowError``; a bad value in a stack recipe is named at the recipe; a plan that the
+scale-up domain tiling leaves without a layout names that rule, not the global batch."""
 from __future__ import annotations
 
 import copy
@@ -117,3 +118,42 @@ def test_a_bad_stack_recipe_value_is_named_at_the_recipe(tmp_path, recipes, top,
     result = run("simulate", "-m", "llama3-8b", "-c", "dgx-b200", "-n", "8", "--global-batch", "8", "--stack", stack)
     assert one_line_error(result) == line
 
+
+NVL72_4608 = ("plan", "-m", "nemotron-3-ultra-550b-a55b", "-c", "gb300-nvl72", "-n", "4608", "--global-batch", "4096")
+
+
+def test_a_plan_no_layout_of_which_tiles_the_scaleup_domain_names_that_rule_not_the_batch():
+    """Nemotron 3 Ultra on 4608 GB300 (64 NVL72 racks) at 4096 sequences: tp (2 key/value heads)
+    and cp (2 x cp chunks of 8192 tokens) are powers of 2, and so is every dp dividing 4096, so no
+    tp x cp x dp is a multiple of 72 (pp <= 108 layers leaves 43 or more GPUs to it). It said 'no
+    layout of 4608 GPUs divides the global batch of 4096 sequences into dp x micro-batch', which
+    dp 8 x micro-batch 1 does. The batches it suggests plan."""
+    line = one_line_error(run(*NVL72_4608))
+    assert line == (
+        "error: gpus: no layout of nemotron-3-ultra-550b-a55b on 4608 GPUs dividing the global batch of 4096 "
+        "sequences into dp x micro-batch tiles the 72-GPU scale-up domain: every communication group must divide "
+        "72 or be a multiple of it, and in those layouts tp x cp x dp is 64, 128, 256, 512, so a data-parallel "
+        "group would span domains unevenly (use a global batch of 4095 or 4104 sequences)")
+    for batch in ("4095", "4104"):
+        assert run(*NVL72_4608[:-1], batch).exit_code == 0
+
+
+def test_a_fixed_dp_no_layout_of_which_tiles_the_scaleup_domain_names_that_rule_and_a_fix_that_plans():
+    """With --dp 8 no batch helps (8 x tp x cp is a power of 2): the rule is named without the batch,
+    and the fix offered is to free dp and use a batch the test above plans (a multiple of 9 in dp)."""
+    line = one_line_error(run(*NVL72_4608, "--dp", "8"))
+    assert line == (
+        "error: gpus: no layout of nemotron-3-ultra-550b-a55b on 4608 GPUs tiles the 72-GPU scale-up domain: every "
+        "communication group must divide 72 or be a multiple of it, and in those layouts tp x cp x dp is 64, 128, "
+        "256, 512, so a data-parallel group would span domains unevenly (drop the fixed dp=8 and use a global "
+        "batch of 4095 or 4104 sequences)")
+
+
+def test_a_batch_that_no_layout_divides_still_names_the_batch():
+    """Where the batch is the reason (no layout divides it even ignoring the 8-GPU domains), the
+    batch message stays: llama3-70b on 1024 H100 at 1000 sequences, tp 8 pp 4 cp 2 fixed (dp 16)."""
+    line = one_line_error(run("plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "1024", "--global-batch", "1000",
+                              "--tp", "8", "--pp", "4", "--cp", "2", "--vpp", "2"))
+    assert line == ("error: gpus: no layout of 1024 GPUs divides the global batch of 1000 sequences into dp x "
+                    "micro-batch (the layouts of llama3-70b there have dp in 16) (fix fewer values (tp=8, pp=4, cp=2, "
+                    "vpp=2))")
