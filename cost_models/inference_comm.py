@@ -10,8 +10,15 @@ one runs is the engine's switch point (``ServingBehaviour.oneshot_allreduce``: v
 SGLang switch on the message's bytes, TensorRT-LLM on its tokens), not the faster of the two:
 at 8 GPUs a decode batch of 100 x 16 KiB runs one-shot in TensorRT-LLM although two-shot would
 move a quarter of the bytes, so the per-request cost of a decode step grows with (n-1) x the
-hidden size. Where the engine states no switch point the faster of the two is taken. Without
-the custom kernels the NCCL ring applies. Across domains the all-reduce
+hidden size. Below the switch point the one-shot kernel is priced even where the two-shot
+formula would be cheaper (that is what the engine runs). At and above it the engine runs
+two-shot, priced at min(two-shot, one-shot): the switch point is where the engine's authors
+measured two-shot to be at least as fast as one-shot, so the formulas' own crossover, which
+lies elsewhere (vLLM at 4 GPUs switches at 512 KiB, where the formulas still price two-shot ~38%
+dearer), must not make a step dearer for one token more. The cost is thus continuous at the
+switch (it never exceeds what the one-shot kernel it replaced would cost), and tokens/s/GPU
+does not drop there as the batch grows. Where the engine states no switch point the faster of
+the two is taken. Without the custom kernels the NCCL ring applies. Across domains the all-reduce
 is hierarchical (reduce-scatter inside the domain, all-reduce of the shard across domains,
 all-gather inside), the cross-domain step taking the faster of NCCL's ring and double binary
 tree (2 log2 n latency steps; NCCL 2.4 release notes), as NCCL's tuner picks per message size. Achieved bandwidth = link bandwidth x
@@ -50,8 +57,10 @@ def allreduce_time_s(bytes_, group, cluster: ClusterSpec, eff: ServingEfficiency
     """All-reduce of a ``bytes_`` buffer over ``group`` contiguous GPUs, seconds (0 for group 1).
 
     Inside one NVLink domain with ``custom`` kernels: the one-shot kernel where ``oneshot`` is
-    True, the two-shot kernel where it is False, and the faster of the two where ``oneshot`` is
-    None or ``stated`` is False (``ServingBehaviour.oneshot_allreduce`` gives both)."""
+    True, the two-shot kernel capped at the one-shot kernel's cost where it is False (the
+    engine's switch point is its measured crossover; module docstring), and the faster of the
+    two where ``oneshot`` is None or ``stated`` is False (``ServingBehaviour.oneshot_allreduce``
+    gives both)."""
     n = _f(group)
     s = _f(bytes_)
     per_node = float(cluster.gpus_per_node)
@@ -90,7 +99,10 @@ def _allreduce_inside(s, n, cluster: ClusterSpec, eff: ServingEfficiency, custom
     two_shot = 2.0 * lat_i + 2.0 * (n - 1.0) / np.maximum(n, 1.0) * s / bw_i
     t_in = np.minimum(one_shot, two_shot)
     if oneshot is not None:
-        engine = np.where(oneshot, one_shot, two_shot)
+        # below the engine's switch: its one-shot kernel, as priced; at and above it: two-shot,
+        # never dearer than the one-shot kernel it replaced (the switch is the engine's measured
+        # crossover; module docstring)
+        engine = np.where(oneshot, one_shot, t_in)
         t_in = engine if stated is None else np.where(stated, engine, t_in)
     return t_in
 

@@ -160,7 +160,8 @@ class ServingBehaviour:
             message (``cost_models.inference_comm``): a mapping of group size -> bytes; a group
             of n GPUs takes the entry of the smallest listed size >= n and runs the one-shot
             kernel (every GPU reads the n - 1 peers' whole buffers) for messages below it, the
-            two-shot kernel (reduce-scatter + all-gather) otherwise (vLLM and SGLang
+            two-shot kernel (reduce-scatter + all-gather; priced at most at the one-shot
+            kernel's cost, the switch being the engine's measured crossover) otherwise (vLLM and SGLang
             custom_all_reduce.cuh: one-shot at 2 GPUs, below 512 KiB at <= 4, below 256 KiB at
             <= 8). None, or a group larger than every listed size: the faster of the two, as
             an engine that tuned its switch point on the message alone would pick.
