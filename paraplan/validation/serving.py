@@ -228,6 +228,10 @@ def _reference_file() -> str:
     from paraplan.validation.datasets import SERVING_RUNS, validation_file
     return str(validation_file(SERVING_RUNS))
 
+#: columns read as text whatever their cells hold (weight formats, the release)
+TEXT_COLUMNS = ("backend_version", "precision", "gemm_quant_mode", "moe_quant_mode")
+
+
 def read_rows(path: str | Path) -> pd.DataFrame:
     """The rows of a serving-runs CSV; a missing column is an ``InputError`` naming it."""
     # a path (not an open file) that is missing, or a FIFO / device pandas would block on or read for ever
@@ -235,7 +239,11 @@ def read_rows(path: str | Path) -> pd.DataFrame:
         raise InputError("path", not_a_file(path), "check the path, or omit PATH for the bundled runs")
     short = check_csv_structure(path, REQUIRED_COLUMNS) if isinstance(path, (str, Path)) else {}
     try:
-        text = {c: str for c in header_names(path) if c.strip() == "backend_version"} or {"backend_version": str}
+        # the text columns as text: an all-numeric column (every gemm_quant_mode -1) would load
+        # as numbers, which ``_fmt`` takes for empty cells and prices as ``precision``'s format;
+        # as text "-1" is an unknown weight format and its row is skipped. Empty cells stay NaN
+        text = ({c: str for c in header_names(path) if c.strip() in TEXT_COLUMNS}
+                or {c: str for c in TEXT_COLUMNS})
         df = mark_short_rows(strip_header(pd.read_csv(path, dtype=text)), short)
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
         raise InputError("path", f"malformed CSV {path}: {str(exc).splitlines()[0]}",
