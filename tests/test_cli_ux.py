@@ -155,8 +155,9 @@ def test_serve_simulate_text_names_match_their_units():
     assert sum(float(rows[p][1]) for p in parts) == pytest.approx(float(rows["step"][1]), abs=0.01)
     # a fraction is shown in percent under a _pct name (3 significant digits);
     # TPOT = decode step / (1 - prefill share x 31 / 32): the other 31 clients' prompts
-    assert float(rows["prefill_share_pct"][1]) == pytest.approx(100 * data["prefill_share"], rel=1e-2)
-    assert float(rows["step"][1]) / (1 - data["prefill_share"] * 31 / 32) == pytest.approx(data["tpot_ms"], rel=1e-3)
+    assert float(rows["prefill_share_pct"][1]) == pytest.approx(100 * data["prefill_share_fraction"], rel=1e-2)
+    share = data["prefill_share_fraction"]
+    assert float(rows["step"][1]) / (1 - share * 31 / 32) == pytest.approx(data["tpot_ms"], rel=1e-3)
 
 
 def test_serve_simulate_memory_table_totals_what_the_engine_holds():

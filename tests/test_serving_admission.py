@@ -70,7 +70,7 @@ def test_admitted_requests_beyond_the_running_bound_take_turns_decoding():
     gen = osl - 1
     # a decode step is stretched by the other clients' prompts, (b - 1) / b of the prompt share
     others = (batch - 1) / batch
-    x = n_fit * (1.0 - out["prefill_share"] * others) / (gen * out["decode_step_s"])
+    x = n_fit * (1.0 - out["prefill_share_fraction"] * others) / (gen * out["decode_step_s"])
     assert out["tokens_per_s_per_gpu"] == pytest.approx(x * osl, rel=1e-6)
     assert out["queue_wait_s"] == 0.0
     assert out["tpot_s"] == pytest.approx((batch / x - out["ttft_s"]) / gen, rel=1e-6)

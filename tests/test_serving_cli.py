@@ -65,7 +65,9 @@ def test_simulate_json_is_consistent():
     assert not [k for k in d if k.endswith("_s")]
     # TPOT = decode step / (1 - share x (b - 1) / b): the other 31 clients' prompts stretch it
     assert sum(d["decode_breakdown_ms"].values()) == pytest.approx(
-        d["tpot_ms"] * (1 - d["prefill_share"] * 31 / 32), rel=1e-9)
+        d["tpot_ms"] * (1 - d["prefill_share_fraction"] * 31 / 32), rel=1e-9)
+    # the share is named with its unit (a fraction; the table shows it as prefill_share_pct)
+    assert "prefill_share" not in d and 0.0 < d["prefill_share_fraction"] < 1.0
     assert d["max_batch_per_rank"] >= 32 and d["fits"] is True
 
 
@@ -122,6 +124,14 @@ def test_simulate_disaggregated():
     d = json.loads(r.stdout)
     assert d["mode"] == "disagg" and d["gpus"] == 24 and d["concurrency"] == 512
     assert d["kv_transfer_ms"] > 0
+    # the prefill workers' utilisation is named with its unit (a fraction; the table: _pct)
+    assert "prefill_utilization" not in d and 0.0 < d["prefill_utilization_fraction"] <= 1.0
+    text = run("serve", "simulate", "--model", "deepseek-r1", "--system", "gb200-nvl72", "--backend", "trtllm",
+               "--precision", "nvfp4", "--mode", "disagg", "--prefill-adp", "4", "--prefill-moe-ep", "4",
+               "--prefill-workers", "2", "--decode-adp", "16", "--decode-moe-ep", "16", "--decode-batch", "32").stdout
+    shown = [ln.split() for ln in text.splitlines() if ln.strip().startswith("prefill_utilization")]
+    assert shown and shown[0][0] == "prefill_utilization_pct"
+    assert float(shown[0][1]) == pytest.approx(100 * d["prefill_utilization_fraction"], rel=1e-2)
 
 
 @pytest.mark.parametrize("args, needles", [

@@ -73,7 +73,7 @@ def test_with_prefill_not_the_bottleneck_every_client_decodes(ctx):
     full = decode_side(ctx, 4, 1, 1, 4, 1, np.array([64.0]), 16.0, osl)
     assert out["decoding_per_rank"][0] >= 0.99 * 64.0
     assert out["tpot_s"][0] == pytest.approx(full["tpot_s"][0], rel=0.01)
-    assert out["prefill_utilization"][0] < 0.05
+    assert out["prefill_utilization_fraction"][0] < 0.05
     # exactly those not in their TTFT (Little's law over the whole loop)
     share = (osl - 1.0) * out["tpot_s"][0] / out["latency_s"][0]
     assert out["decoding_per_rank"][0] == pytest.approx(64.0 * share, rel=1e-4)

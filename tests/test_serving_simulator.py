@@ -249,7 +249,7 @@ def test_a_disaggregated_report_carries_kv_transfer_and_prefill_utilisation():
                      decode=WorkerLayout(tp=1, adp=16, moe_tp=1, moe_ep=16, batch=32, where="decode"), decode_workers=1)
     rep = simulate_serving(dep)
     assert dep.gpus == 24 and dep.concurrency == 512
-    assert 0 < rep.extra["prefill_utilization"] < 1
+    assert 0 < rep.extra["prefill_utilization_fraction"] < 1
     assert rep.extra["kv_transfer_s"] > 0
     assert rep.metrics["latency_s"] == pytest.approx(rep.metrics["ttft_s"] + 1023 * rep.metrics["tpot_s"])
 

@@ -51,12 +51,12 @@ SATURATED_PREFILL = 0.99
 #: the mode-specific metrics of ``ServingReport.extra``: (shown as, what); fractions in percent
 EXTRA_MEANING = {
     "prefill_work_s": ("prefill_work_ms", "engine time one prompt's prefill adds to the shared steps"),
-    "prefill_share": ("prefill_share_pct", "share of the engine's time on prompts (TPOT = decode step / (1 - share x "
-                                           "(b - 1) / b): the other clients' prompts)"),
+    "prefill_share_fraction": ("prefill_share_pct", "share of the engine's time on prompts (TPOT = decode step / "
+                                                    "(1 - share x (b - 1) / b): the other clients' prompts)"),
     "prefill_own_s": ("prefill_own_ms", "one prompt's prefill run alone (part of TTFT)"),
     "prefill_step_s": ("prefill_step_ms", "a full prefill batch's step (the prefill workers' throughput)"),
     "kv_transfer_s": ("kv_transfer_ms", "one request's KV cache moved from prefill to decode worker"),
-    "prefill_utilization": ("prefill_utilization_pct", "share of the prefill workers' capacity in use"),
+    "prefill_utilization_fraction": ("prefill_utilization_pct", "share of the prefill workers' capacity in use"),
     "join_s": ("join_ms", "TTFT spent joining the running batch (the engine's join / hold steps) and the request's "
                           "host time"),
     "wait_behind_s": ("wait_behind_ms", "TTFT spent behind the other clients' prompts (arriving in waves, or queued)"),
@@ -374,7 +374,7 @@ def render_simulation(report) -> str:
     biggest = max(report.decode_breakdown_s.items(), key=lambda kv: kv[1])
     lines += ["", f"why: the decode step is {1e3 * step:.2f} ms, {100 * biggest[1] / max(step, 1e-12):.0f}% of it "
                   f"{biggest[0].removeprefix('decode_')[:-2]} ({PART_MEANING[biggest[0]]})"]
-    util = report.extra.get("prefill_utilization")
+    util = report.extra.get("prefill_utilization_fraction")
     if d.mode == "disagg" and util is not None and util >= SATURATED_PREFILL:
         # the decode side holds more clients than the prefill side serves: TTFT is their queue
         lines.append(f"     the prefill workers are saturated ({100 * util:.0f}% of their capacity): TTFT "
@@ -398,7 +398,8 @@ def render_simulation(report) -> str:
                    "domains of these (cost_models/worker_placement.py); the rest stay idle.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report as JSON (times in ms as serve plan's: ttft_ms, tpot_ms, latency_ms; memory in "
-                   "bytes; a dense model's expert fields, expert_format and each layout's moe_tp / moe_ep, null).")
+                   "bytes; shares as fractions, named _fraction: prefill_share_fraction, "
+                   "prefill_utilization_fraction; a dense model's expert fields, expert_format and each layout's moe_tp / moe_ep, null).")
 @click.option("--emit", is_flag=True,
               help="Print the backend's launch script for this deployment (bash: vllm serve, sglang.launch_server "
                    "or trtllm-serve with the settings priced) instead of the report.")

@@ -646,7 +646,8 @@ def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int, ttft_ms: float |
         "gpus_used": out["gpus"], "concurrency": dsel["clients"] * ndw,
         "ttft_ms": out["ttft_s"] * 1e3, "ttft_p90_ms": out["ttft_p90_s"] * 1e3, "tpot_ms": out["tpot_s"] * 1e3,
         "tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"], "tokens_per_s_per_user": out["tokens_per_s_per_user"],
-        "prefill_utilization": out["prefill_utilization"], "max_batch_per_rank": dsel["max_batch_per_rank"],
+        "prefill_utilization_fraction": out["prefill_utilization_fraction"],
+        "max_batch_per_rank": dsel["max_batch_per_rank"],
     })
     return df
 

@@ -392,7 +392,8 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         "tokens_per_s_per_user": np.where(tpot > 0, 1.0 / np.maximum(tpot, 1e-12), 0.0),
         # Little's law: the rank completes X requests per second (the bisection's root)
         "tokens_per_s_per_gpu": x * osl / gpus_per_rank,
-        "prefill_work_s": w_p, "prefill_own_s": own, "prefill_service_s": service, "decode_step_s": t_d, "prefill_share": u,
+        "prefill_work_s": w_p, "prefill_own_s": own, "prefill_service_s": service, "decode_step_s": t_d,
+        "prefill_share_fraction": u,
         "queue_wait_s": queue_wait, "join_s": lead + 0.0 * ttft, "wait_behind_s": behind,
         "running_per_rank": b, "decoding_per_rank": running,
         "tokens_per_step": np.full_like(tpot, per_step),

@@ -203,7 +203,8 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
         cols.update(isl=np.array([float(dep.isl)]), osl=np.array([float(dep.osl)]))
         out = evaluate_agg_columns(ctx, cols)
         batch_lay, field_name = dep.layout, "--batch"
-        extra_keys = ("prefill_work_s", "prefill_share", "join_s", "prefill_own_s", "wait_behind_s", "queue_wait_s")
+        extra_keys = ("prefill_work_s", "prefill_share_fraction", "join_s", "prefill_own_s", "wait_behind_s",
+                      "queue_wait_s")
     else:
         _check_layout(ctx, dep.prefill, "prefill-")
         _check_layout(ctx, dep.decode, "decode-")
@@ -215,7 +216,8 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
                     isl=np.array([float(dep.isl)]), osl=np.array([float(dep.osl)]))
         out = evaluate_disagg_columns(ctx, cols)
         batch_lay, field_name = dep.decode, "--decode-batch"
-        extra_keys = ("prefill_own_s", "prefill_step_s", "kv_transfer_s", "prefill_utilization", "queue_wait_s")
+        extra_keys = ("prefill_own_s", "prefill_step_s", "kv_transfer_s", "prefill_utilization_fraction",
+                      "queue_wait_s")
         if out["prefill_max_batch_per_rank"][0] < dep.prefill.batch:
             _refuse_prefill_batch(ctx, dep)
     n_fit = float(out["max_batch_per_rank"][0])
