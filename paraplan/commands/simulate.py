@@ -91,7 +91,7 @@ FULL_PRECISION_MEANING = {
 MEMORY_MEANING = {
     "weights_bytes": "16-bit weights (and the 8-bit copies of low-precision GEMMs)",
     "gradients_bytes": "fp32 main gradients",
-    "optimizer_bytes": "master weights (as the stack keeps them), Adam m and v (less what is offloaded)",
+    "optimizer_bytes": "master weights (if kept), Adam m and v (less what is offloaded)",
     "activations_bytes": "stored activations of in-flight micro-batches",
     "logits_bytes": "logits kept for the loss (and each MTP head)",
     "recompute_buffers_bytes": "the computing layer's recompute and CP buffers beyond the freed logits",
