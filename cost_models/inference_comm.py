@@ -14,7 +14,7 @@ hidden size. Below the switch point the one-shot kernel is priced even where the
 formula would be cheaper (that is what the engine runs). At and above it the engine runs
 two-shot, priced at min(two-shot, one-shot): the switch point is where the engine's authors
 measured two-shot to be at least as fast as one-shot, so the formulas' own crossover, which
-lies elsewhere (vLLM at 4 GPUs switches at 512 KiB, where the formulas still price two-shot ~38%
+lies elsewhere (vLLM at 4 GPUs switches at 512 KiB, where the formulas still price two-shot ~37%
 dearer), must not make a step dearer for one token more. The cost is thus continuous at the
 switch (it never exceeds what the one-shot kernel it replaced would cost), and tokens/s/GPU
 does not drop there as the batch grows. Where the engine states no switch point the faster of

@@ -10,7 +10,6 @@ behaviour is refused with the known ones listed.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any
 
 from hardware_specs.errors import InputError, check_name
@@ -172,10 +171,9 @@ def stack_from_dict(data: dict, where: str = "stack") -> StackSpec:
         overrides = {}
         for key, value in entry["training"].items():
             overrides[key] = getattr(_training_from_dict({key: value}, f"{here}.training"), key)
-        try:    # together, on the stack's defaults: a context_parallel_kind its kinds do not list
-            replace(training, **overrides)
-        except InputError as error:
-            raise behaviour_error(error, f"{here}.training") from None
+        # the recipes' fields together (a context_parallel_kind its kinds list) are checked where
+        # ``StackSpec.training_for`` applies the matching recipes in order, not one recipe alone on
+        # the defaults: a later recipe may rely on an earlier one's kinds
         for sel in ("gpus", "dtypes"):
             if entry.get(sel) is not None and not isinstance(entry[sel], list):
                 raise InputError(f"{here}.{sel}", "must be a list")

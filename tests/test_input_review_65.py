@@ -157,3 +157,31 @@ def test_a_batch_that_no_layout_divides_still_names_the_batch():
     assert line == ("error: gpus: no layout of 1024 GPUs divides the global batch of 1000 sequences into dp x "
                     "micro-batch (the layouts of llama3-70b there have dp in 16) (fix fewer values (tp=8, pp=4, cp=2, "
                     "vpp=2))")
+
+
+def test_recipes_that_only_work_together_load_and_apply_in_order(tmp_path):
+    """A later recipe may rely on an earlier one's flavours: recipe 0 widens the kinds to ring and
+    all-gather for llama3-8b, recipe 1 picks all-gather on B200. Applied in order (``training_for``)
+    the pair is valid; checking recipe 1 alone on the stack's ring-only defaults refused the file."""
+    from hardware_specs.catalog import BUILTIN_DIR
+    from hardware_specs.stack_files import stack_from_dict
+    data = yaml.safe_load((BUILTIN_DIR / "stacks" / "megatron-bridge-26.04.yaml").read_text())
+    data["training"]["context_parallel_kinds"]["value"] = ["ring"]
+    data["training"]["context_parallel_kind"]["value"] = "ring"
+    data["recipes"] = [
+        {"models": ["llama3-8b"], "training": {"context_parallel_kinds": ["ring", "allgather"]}, "source": "x"},
+        {"models": ["llama3-8b"], "gpus": ["b200"], "training": {"context_parallel_kind": "allgather"}, "source": "x"}]
+    stack = stack_from_dict(copy.deepcopy(data))
+    b200 = stack.training_for("llama3-8b", "b200", "bf16")
+    assert (b200.context_parallel_kind, tuple(b200.context_parallel_kinds)) == ("allgather", ("ring", "allgather"))
+    assert stack.training_for("llama3-8b", "h100-sxm-80gb", "bf16").context_parallel_kind == "ring"
+    path = tmp_path / "compose.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = run("simulate", "-m", "llama3-8b", "-c", "dgx-b200", "-n", "8", "--global-batch", "8", "--cp", "2",
+                 "--stack", str(path))
+    assert result.exit_code == 0, result.output
+    # the flavour alone, with no recipe widening the kinds, is refused where it is applied, named at its recipe
+    data["recipes"] = data["recipes"][1:]
+    path.write_text(yaml.safe_dump(data))
+    one_line_error(run("simulate", "-m", "llama3-8b", "-c", "dgx-b200", "-n", "8", "--global-batch", "8", "--cp", "2",
+                       "--stack", str(path)), "recipes[0].training.context_parallel_kind")

@@ -91,13 +91,12 @@ def test_each_decode_layout_is_also_tried_at_the_largest_batch_its_kv_cache_hold
     at_878 = full.iloc[0]
     assert at_878["ttft_ms"] > 1000.0 and at_878["tpot_ms"] <= 40.0       # TTFT is what binds
     # Little's law at both batches, N = X (TTFT + (osl - 1) TPOT) with X the requests/s the
-    # saturated prefill pool passes (X = tokens/s/GPU x 7 GPUs / 256 tokens, 279.36 requests/s at
-    # 828 and 279.54 at 878, equal within 0.1%): TTFT(878) - TTFT(828) = 3 x 878 / 279.54 -
-    # 3 x 828 / 279.36 less 255 x the TPOT's rise (0.030956 -> 0.031257 s: 0.077 s) = 9.4227 -
-    # 8.8917 - 0.0768 = 0.454 s, the extra 150 clients' queueing. (At session 58's 2 s, 809 and
-    # 207 extra clients: 0.747 - 0.022 = 0.725 s with one X for both; here the rise is smaller and
-    # one X for both is off by 3 x 878 x (1 / 279.54 - 1 / 279.36) = -0.006 s, 1.3%, so each
-    # batch's own X is used)
+    # saturated prefill pool passes (X = tokens/s/GPU x 7 GPUs / 256 tokens, 278.73 requests/s at
+    # 809 and 278.95 at 878, equal within 0.1%): TTFT(878) - TTFT(809) = 3 x 878 / 278.95 -
+    # 3 x 809 / 278.73 less 255 x the TPOT's rise (0.030237 -> 0.030598 s: 0.092 s) = 9.4425 -
+    # 8.7074 - 0.0920 = 0.643 s, the extra 207 clients' queueing (session 59's factors: 828, 0.454 s
+    # for 150). One X for both would be off by 3 x 878 x (1 / 278.95 - 1 / 278.73) = -0.007 s, 1.1%,
+    # so each batch's own X is used
     x = best["tokens_per_s_per_gpu"] * 7 / 256
     x_878 = at_878["tokens_per_s_per_gpu"] * 7 / 256
     assert x_878 == pytest.approx(x, rel=1e-3)
