@@ -9,7 +9,7 @@ from enum import Enum
 import numpy as np
 
 from cost_models.memory import RECOMPUTE_MODULES
-from hardware_specs.errors import InputError, as_float, shown_number
+from hardware_specs.errors import InputError, as_float, as_given, shown_number
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from hardware_specs.stack_spec import CROSS_ENTROPY_IMPLS, check_grouped_gemm_streams, feature_names
 
@@ -502,7 +502,7 @@ class ParallelConfig:
                 raise InputError(name, f"must be >= 1, got {value}")
             limit = MAX_GLOBAL_BATCH if name == "global_batch" else MAX_GPUS
             if getattr(self, name) > limit:
-                raise InputError(name, f"{value} is above the largest supported value {limit:,}",
+                raise InputError(name, f"{as_given(value)} is above the largest supported value {limit:,}",
                                  "check the number")
         if self.n_gpus > MAX_GPUS:
             raise InputError("dp", f"dp*tp*pp*cp = {self.n_gpus:,} GPUs is above the largest supported "
@@ -518,7 +518,7 @@ class ParallelConfig:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
                 raise InputError(name, f"must be an integer >= 0 (0 = not set), got {value!r}")
             if value > MAX_LAYOUT_VALUE:
-                raise InputError(name, f"{value} is above the largest supported value {MAX_LAYOUT_VALUE:,}",
+                raise InputError(name, f"{as_given(value)} is above the largest supported value {MAX_LAYOUT_VALUE:,}",
                                  "check the number")
             object.__setattr__(self, name, int(value))
         object.__setattr__(self, "grouped_gemm_streams",

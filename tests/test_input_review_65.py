@@ -185,3 +185,12 @@ def test_recipes_that_only_work_together_load_and_apply_in_order(tmp_path):
     path.write_text(yaml.safe_dump(data))
     one_line_error(run("simulate", "-m", "llama3-8b", "-c", "dgx-b200", "-n", "8", "--global-batch", "8", "--cp", "2",
                        "--stack", str(path)), "recipes[0].training.context_parallel_kind")
+
+
+@pytest.mark.parametrize("field", ["micro_batch", "dp", "ep", "vpp", "recompute_num_layers"])
+def test_a_huge_integer_degree_is_quoted_by_its_size_not_its_401_digits(field):
+    with pytest.raises(InputError) as info:
+        api.simulate("llama3-8b", "dgx-h100", gpus=8, global_batch=8, **{field: 10**400})
+    assert info.value.field == field
+    assert "an integer of 401 digits is above the largest supported value" in str(info.value)
+    assert len(str(info.value)) < 160
