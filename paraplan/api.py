@@ -249,7 +249,7 @@ def what_if_gpu(gpu: str | GPUSpec, hbm_gib: float | None = None, hbm_tb_per_s: 
     model (and a cluster's measured one) applies: the kernels are taken to reach the same
     fractions of the new peaks. ``gpu``: a ``GPUSpec`` or a catalog name / YAML file, loaded as
     ``what_if_cluster`` loads one (a name had failed as a TypeError in ``dataclasses.replace``)."""
-    refuse_missing({"gpu": gpu, "hbm_gib": hbm_gib, "hbm_tb_per_s": hbm_tb_per_s, "peak_flops_scale": peak_flops_scale})
+    refuse_missing(locals())
     gpu = gpu if isinstance(gpu, GPUSpec) else load_gpu(gpu)    # anything else: InputError naming gpu
     values = {"hbm_gib": hbm_gib, "hbm_tb_per_s": hbm_tb_per_s, "peak_flops_scale": peak_flops_scale}
     bounds = {"hbm_gib": (MIN_HBM_BYTES / GIB, MAX_HBM_BYTES / GIB), "hbm_tb_per_s": (1e-3, 1e3),
@@ -584,10 +584,7 @@ def simulate_report(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpus:
     ``headroom.report_fits(report, headroom_gib)`` gives the same answer."""
     # pandas' missing value (a DataFrame row's empty cell) named here, where every field arrives:
     # pd.NA reached the checks as "TypeError: boolean value of NA is ambiguous"
-    refuse_missing({"model": model, "cluster": cluster, "gpus": gpus, "gpu": gpu, "seq_len": seq_len,
-                    "scaleout_gbit_per_s": scaleout_gbit_per_s, "scaleup_gbit_per_s": scaleup_gbit_per_s,
-                    "hbm_gib": hbm_gib, "hbm_tb_per_s": hbm_tb_per_s, "peak_flops_scale": peak_flops_scale,
-                    "efficiency": efficiency, "stack": stack, "headroom_gib": headroom_gib, **config_fields})
+    refuse_missing({**locals(), **config_fields})
     _check_efficiency(efficiency)
     model_spec = _model(model, seq_len)
     cluster_spec = what_if_cluster(cluster, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s, hbm_gib=hbm_gib,
@@ -700,10 +697,7 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
         >>> plans.iloc[0][["config", "tokens_per_s", "mfu_bf16_pct", "memory_gib"]]           # doctest: +SKIP
     """
     # pandas' missing value named, as simulate_report names it (pd.NA failed as a TypeError)
-    refuse_missing({"model": model, "cluster": cluster, "gpus": gpus, "global_batch_tokens": global_batch_tokens,
-                    "gpu": gpu, "seq_len": seq_len, "scaleout_gbit_per_s": scaleout_gbit_per_s,
-                    "scaleup_gbit_per_s": scaleup_gbit_per_s, "hbm_gib": hbm_gib, "hbm_tb_per_s": hbm_tb_per_s,
-                    "peak_flops_scale": peak_flops_scale, **constraints})
+    refuse_missing({**locals(), **constraints})
     # a non-model efficiency ('hopper') reached the cost model as an AttributeError, as simulate refuses it
     _check_efficiency(constraints.get("efficiency"))
     fn = _planner()
@@ -902,9 +896,8 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
     Without ``stack=`` the plans are ranked and re-simulated on the framework's own stack profile
     where paraplan has one (torchtitan), else on Megatron-Core's; a given table keeps the stack it
     was ranked on."""
+    refuse_missing({**locals(), **kwargs})  # pd.NA named, as plan does
     from paraplan import exports
-    refuse_missing({"framework": framework, "model": model, "cluster": cluster, "gpus": gpus,
-                    "global_batch_tokens": global_batch_tokens, **kwargs})      # pd.NA named, as plan does
     exports.module(framework, "framework")          # unknown names fail before the search
     _check_efficiency(kwargs.get("efficiency"))     # a given table skips plan's own check
     if plans is not None and not isinstance(plans, pd.DataFrame):
@@ -1162,9 +1155,7 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     ``achieved_peak_tflop_per_s`` (plateau GEMM rate), ``achieved_hbm_tb_per_s``, ``gpu``, ``dtype``,
     ``efficiency_fitted`` (False: the achieved rates are an unfitted prior's).
     """
-    refuse_missing({"model": model, "cluster": cluster, "gpu": gpu, "tp": tp, "micro_batch": micro_batch,
-                    "seq_len": seq_len, "cp": cp, "ep": ep, "dtype": dtype, "efficiency": efficiency,
-                    "stack": stack})        # pd.NA named, as simulate does
+    refuse_missing(locals())  # pd.NA named, as simulate does
     # whole numbers >= 1, as simulate takes them: -1 gave negative times, nan NaNs, 2.5 was
     # truncated, '2' and cp=0 failed inside (TypeError, ZeroDivisionError)
     tp, micro_batch, cp = (_whole_at_most(name, value, MAX_GPUS) for name, value in

@@ -190,11 +190,7 @@ def serving_context(model: str | ModelSpec, system: str, backend: str = "vllm", 
     """The ``ServingContext`` ``serve simulate`` would build, on the what-if hardware, refusing
     what it refuses (``paraplan.serving_inputs``: a release beside a stack name, expert options
     on a dense model), each error headed by the keyword given (``system``, ``speculative_tokens``)."""
-    refuse_missing({"model": model, "system": system, "backend": backend, "backend_version": backend_version,
-                    "precision": precision, "expert_precision": expert_precision, "kv_cache_dtype": kv_cache_dtype,
-                    "speculative_tokens": speculative_tokens, "draft_acceptance": draft_acceptance,
-                    "draft_model": draft_model, "gpu": gpu, "hbm_gib": hbm_gib, "hbm_tb_per_s": hbm_tb_per_s,
-                    "scaleup_gbit_per_s": scaleup_gbit_per_s, "scaleout_gbit_per_s": scaleout_gbit_per_s})
+    refuse_missing(locals())
     try:
         return _serving_context(model, system, backend, backend_version=backend_version, precision=precision,
                                 expert_precision=expert_precision, kv_cache_dtype=kv_cache_dtype,
@@ -246,8 +242,7 @@ def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl:
     _refuse_unknown(context, "a serving deployment", SWEEP_FIELDS)
     # pandas' missing value named here, where every keyword arrives (pd.NA as osl or kv_cache_dtype
     # failed as "TypeError: boolean value of NA is ambiguous")
-    refuse_missing({"model": model, "system": system, "isl": isl, "osl": osl, "tp": tp, "pp": pp, "adp": adp,
-                    "moe_tp": moe_tp, "moe_ep": moe_ep, "batch": batch, "workers": workers, "gpus": gpus, **context})
+    refuse_missing({**locals(), **context})
     try:
         return _serve_simulate(model, system, isl=isl, osl=osl, tp=tp, pp=pp, adp=adp, moe_tp=moe_tp, moe_ep=moe_ep,
                                batch=batch, workers=workers, gpus_given=gpus, **context)
@@ -366,9 +361,7 @@ def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 102
     ``candidates`` and ``front`` are the search's, whatever launches. On a dense model the
     expert-split columns are NaN (``EXPERT_SPLIT_DTYPES``), as serve plan's --json gives null."""
     _refuse_unknown(context, "a serving plan", _PLAN_KEYWORDS)     # its own keywords too: tpot -> tpot_ms
-    refuse_missing({"model": model, "system": system, "gpus": gpus, "isl": isl, "osl": osl, "ttft_ms": ttft_ms,
-                    "tpot_ms": tpot_ms, "modes": modes, "max_batch": max_batch, "allow_pp": allow_pp,
-                    "rank_by": rank_by, **context})       # pd.NA named, as serve_simulate does
+    refuse_missing({**locals(), **context})  # pd.NA named, as serve_simulate does
     ctx = serving_context(model, system, **context)
     # "agg" is one mode, not three letters; "both" as on the command line
     if isinstance(modes, str):

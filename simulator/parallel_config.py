@@ -528,23 +528,14 @@ class ParallelConfig:
                              "set pp > 1 or leave them 0")
         self._check_memory_fields()
         object.__setattr__(self, "stack_lacks", feature_names(self.stack_lacks, "stack_lacks"))
-        if isinstance(self.optimizer_moment_bytes, (bool, np.bool_)) \
-                or self.optimizer_moment_bytes not in (2, 4, 2.0, 4.0):
-            raise InputError("optimizer_moment_bytes", f"must be 2 or 4, got {self.optimizer_moment_bytes!r}")
-        object.__setattr__(self, "optimizer_moment_bytes", float(self.optimizer_moment_bytes))
-        if isinstance(self.master_weight_bytes, (bool, np.bool_)) \
-                or self.master_weight_bytes not in (0, 2, 4, 0.0, 2.0, 4.0):
-            raise InputError("master_weight_bytes", f"must be 0, 2 or 4, got {self.master_weight_bytes!r}")
-        object.__setattr__(self, "master_weight_bytes", float(self.master_weight_bytes))
-        if isinstance(self.grad_reduce_bytes, (bool, np.bool_)) or self.grad_reduce_bytes not in (2, 4, 2.0, 4.0):
-            raise InputError("grad_reduce_bytes", f"must be 2 or 4, got {self.grad_reduce_bytes!r}")
-        object.__setattr__(self, "grad_reduce_bytes", float(self.grad_reduce_bytes))
-        if isinstance(self.grad_buffer_bytes, (bool, np.bool_)) or self.grad_buffer_bytes not in (2, 4, 2.0, 4.0):
-            raise InputError("grad_buffer_bytes", f"must be 2 or 4, got {self.grad_buffer_bytes!r}")
-        object.__setattr__(self, "grad_buffer_bytes", float(self.grad_buffer_bytes))
-        if isinstance(self.offload_weight_bytes, (bool, np.bool_)) or self.offload_weight_bytes not in (2, 4, 2.0, 4.0):
-            raise InputError("offload_weight_bytes", f"must be 2 or 4, got {self.offload_weight_bytes!r}")
-        object.__setattr__(self, "offload_weight_bytes", float(self.offload_weight_bytes))
+        for name, widths in (("optimizer_moment_bytes", (2, 4)), ("master_weight_bytes", (0, 2, 4)),
+                             ("grad_reduce_bytes", (2, 4)), ("grad_buffer_bytes", (2, 4)),
+                             ("offload_weight_bytes", (2, 4))):
+            value = getattr(self, name)
+            if isinstance(value, (bool, np.bool_)) or value not in widths:
+                shown = ", ".join(map(str, widths[:-1])) + f" or {widths[-1]}"
+                raise InputError(name, f"must be {shown}, got {value!r}")
+            object.__setattr__(self, name, float(value))
         for name in ("grad_bucket_elements", "grad_bucket_elements_per_dp", "param_prefetch_forward",
                      "param_prefetch_backward", "param_prefetch_max_elements", "zero3_persistence_elements"):
             value = getattr(self, name)

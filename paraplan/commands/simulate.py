@@ -920,9 +920,6 @@ def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_pa
     for key in SWITCH_OPTIONS:
         if opts.get(key) is not None:
             software[key] = opts[key]
-    if opts.get("optimizer_moment_bytes") is not None:
-        # an explicit moment width overrides a stack that keeps the moments in the weights' dtype
-        software["moments_in_param_dtype"] = False
     sp = opts["sequence_parallel"]
     if sp is None:
         behaviour = stack.training_for(model.name, gpu, opts["dtype"])
