@@ -221,12 +221,15 @@ def _config_values(value: Any, key: str) -> tuple:
         elif key in _BOOL_CONFIG:
             ok, what = isinstance(item, bool), "true or false"
         elif key == "moe_load_imbalance":
-            ok = not isinstance(item, bool) and isinstance(item, (int, float)) and is_finite(item)
+            number = not isinstance(item, bool) and isinstance(item, (int, float))
+            ok = number and is_finite(item)
             what = "finite numbers"
-            if not ok and isinstance(item, int) and not isinstance(item, bool):
-                # 10**400 is finite but too large for a float: refused by ParallelConfig's bound, as
-                # the degrees are below, not as a non-finite number
-                if item > 0:
+            # outside [1, MAX] no point of the grid can run (ParallelConfig's bound, whatever the
+            # model): the spec's error before anything starts, as a degree below 1 is, not a sweep
+            # of 'invalid' rows (0, -1 and 1e23 ran the grid; only 10**400, too large for a float
+            # and so not finite, was refused here)
+            if number and (isinstance(item, int) or ok) and not 1 <= item <= MAX_MOE_LOAD_IMBALANCE:
+                if item > 1:
                     raise InputError(f"config.{key}", f"{as_given(item)} is above the largest supported value "
                                      f"{MAX_MOE_LOAD_IMBALANCE:,}", "check the number")
                 raise InputError(f"config.{key}", f"must be between 1 (perfectly balanced) and "
