@@ -222,6 +222,14 @@ def _refuse_plan(p: dict, model: ModelSpec) -> None:
         raise InputError("model", "LatentMoE (moe.latent_size): this export does not write Megatron-Core's "
                          "moe_latent_size, so its launch would build experts at the hidden size",
                          "set moe_latent_size in the launch by hand from the plan's parallel degrees")
+    if model.moe is not None and model.linear_bias and p["etp"] > 1:
+        # the export leaves the linear biases on (no --disable-bias-linear), and Megatron-Core
+        # builds biased experts only unsplit: TransformerConfig.__post_init__ asserts
+        # expert_tensor_parallel_size == 1 when num_moe_experts and add_bias_linear
+        # (megatron/core/transformer/transformer_config.py:2612-2615 at d98e8a64dd)
+        raise InputError("etp", f"{model.name}'s expert MLPs have biases, which Megatron-LM builds only without expert "
+                         f"tensor parallelism (TransformerConfig: 'Bias in Moe is only supported when ETP==1'), and "
+                         f"the plan splits each expert over etp={p['etp']}", "plan with etp 1 (--fix etp=1)")
     if model.hybrid_pattern:
         raise InputError("model", "hybrid Mamba models: not supported by this export (Megatron-LM builds them with "
                          "pretrain_mamba.py and --hybrid-override-pattern, which this export does not write)",
