@@ -170,6 +170,8 @@ def check_writable(path: str | os.PathLike, field: str = "--out") -> None:
     that stays."""
     if str(path) == "":         # Path("") is ".", which was said to be a folder
         raise InputError(field, "the file name is empty", "give a file name")
+    if not str(path).strip():   # --out " " wrote a file named " " into the working folder, "wrote  " said
+        raise InputError(field, "the file name is only spaces or tabs", "give a file name")
     target = Path(path)
     folder = output_folder(path, field)
     if target.is_dir() or str(path).endswith(("/", os.sep)):
