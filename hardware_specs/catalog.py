@@ -45,6 +45,7 @@ run to its stack.
 from __future__ import annotations
 
 import os
+import re
 from copy import deepcopy
 from dataclasses import replace
 from functools import lru_cache
@@ -582,6 +583,24 @@ def serving_stack_for(framework: str, version: str | None = None) -> StackSpec:
 def serving_frameworks() -> set[str]:
     """The frameworks (lower case) that have serving stacks: what ``-b`` names besides a stack."""
     return {framework_key(load_stack(n).framework) for n in _entries("stacks") if load_stack(n).serving is not None}
+
+
+#: a release tag that is no number (``nightly``, ``nightly-5b8c30d6``): one word
+_RELEASE_TAG = re.compile(r"[a-z][a-z0-9._+\-]*", re.IGNORECASE)
+
+
+def serving_profile_covers(framework: str, version: str) -> bool:
+    """Whether ``version`` is a tag, not a numbered release, that a serving profile of
+    ``framework`` lists or covers (``StackSpec.covers``: vllm-0.14 lists ``nightly``, and so
+    covers the serving-runs file's ``nightly-5b8c30d6``): a user may give it as a release. A
+    numbered spelling is judged by ``release_match.looks_like_release`` alone (``covers`` reads
+    ``0.11.0 0.12.0`` as a build of 0.11)."""
+    text = str(version).strip()
+    if release_numbers(text) is not None or not _RELEASE_TAG.fullmatch(text):
+        return False
+    key = framework_key(framework)
+    return any(framework_key(s.framework) == key and s.covers(text)
+               for s in (load_stack(n) for n in sorted(_entries("stacks"))) if s.serving is not None)
 
 
 def serving_release_match(framework: str, version: str | None = None) -> ReleaseMatch:

@@ -291,8 +291,8 @@ def test_a_release_spelled_as_the_engines_tag_them_is_taken(version):
 
 def test_the_validation_files_tags_that_are_no_release_still_price_there():
     """The serving-runs file's gpt-oss-dev and nightly-<hash> cells are read by the validation
-    path (serving_release_match, the framework's default profile), not refused as a user's
-    --backend-version is."""
+    path (serving_release_match: the profile covering nightly-<hash>, else the framework's
+    default profile); a user's --backend-version takes the first too (tests/test_serving_audit_66.py)."""
     import pandas as pd
 
     from hardware_specs.catalog import serving_release_match

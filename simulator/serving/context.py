@@ -16,7 +16,8 @@ import numpy as np
 
 from cost_models.speculative import MAX_SPECULATIVE_TOKENS, MTP_ACCEPTANCE_PRIOR, expected_tokens_per_step
 from cost_models.weight_formats import canonical_format, kv_dtype_bytes, native_compute_dtype, runs_natively
-from hardware_specs.catalog import load_cluster, load_serving_efficiency, load_stack, serving_stack_for
+from hardware_specs.catalog import (load_cluster, load_serving_efficiency, load_stack, serving_profile_covers,
+                                    serving_stack_for)
 from hardware_specs.yaml_files import is_file
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError, whole_number
@@ -185,8 +186,11 @@ class ServingContext:
         (``checkpoints.checkpoint_names_fp8_kv``: the model's release storing the format, a known
         export, or ``prequantised``: the caller states so), not a 16-bit release quantised at load
         time."""
-        if backend_version is not None and not looks_like_release(backend_version):
-            # a release no rule places had run as the newest profile, with a note on stderr and exit 0
+        if backend_version is not None and not looks_like_release(backend_version) and not (
+                isinstance(backend, str) and isinstance(backend_version, str)
+                and serving_profile_covers(backend, backend_version)):
+            # a release no rule places had run as the newest profile, with a note on stderr and exit 0;
+            # a tag a profile lists (vllm-0.14's ``nightly``) is one it places, as `hardware stacks` shows
             raise InputError("--backend-version", f"{backend_version!r} is not a release",
                              "give one such as 0.11.0 or 1.2.0rc6 (numbers separated by dots, an optional rc / post "
                              "/ dev suffix), or leave it out for the newest profile")
