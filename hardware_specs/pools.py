@@ -11,12 +11,12 @@ sender's NIC, the link and the receiver's NIC, so it runs at the slowest of the 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from hardware_specs.cluster_spec import MAX_CLUSTER_GPUS, MAX_LATENCY_S, ClusterSpec, NetworkTier
 from hardware_specs.gpu_spec import MAX_RATE_PER_S, MIN_RATE_PER_S
-from hardware_specs.errors import InputError, require_plausible, suggest
+from hardware_specs.errors import InputError, as_float, require_plausible, suggest
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
@@ -92,6 +92,10 @@ class PoolLink:
         require_plausible(f"{where}.bw_bytes_per_s", self.bw_bytes_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
         require_plausible(f"{where}.latency_s", self.latency_s, high=MAX_LATENCY_S, allow_zero=True)
         object.__setattr__(self, "pools", (str(a), str(b)))
+        # a numeric string ('1e9') passes the checks above (as_float reads it) and was kept as a
+        # string, failing later as min(float, str) in ``path``
+        object.__setattr__(self, "bw_bytes_per_s", as_float(self.bw_bytes_per_s))
+        object.__setattr__(self, "latency_s", as_float(self.latency_s))
 
 
 @dataclass(frozen=True)
@@ -111,8 +115,17 @@ class PooledCluster:
     source: str = ""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "pools", tuple(self.pools))
-        object.__setattr__(self, "links", tuple(self.links))
+        for field, values, kind in (("pools", self.pools, Pool), ("links", self.links, PoolLink)):
+            if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+                raise InputError(f"cluster {self.name}.{field}", f"must be a list of {kind.__name__}, got "
+                                 f"{type(values).__name__}", f"build each with hardware_specs.pools.{kind.__name__}")
+            values = tuple(values)
+            for i, v in enumerate(values):
+                if not isinstance(v, kind):    # a dict failed as AttributeError ('dict' has no 'name')
+                    raise InputError(f"cluster {self.name}.{field}[{i}]", f"must be a {kind.__name__}, got "
+                                     f"{type(v).__name__}", "hardware_specs.catalog.pooled_cluster_from_dict "
+                                     "reads a pooled file's mapping")
+            object.__setattr__(self, field, values)
         if not self.pools:
             raise InputError(f"cluster {self.name}.pools", "lists no pool", "add at least one pool")
         names = [p.name for p in self.pools]

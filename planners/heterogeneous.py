@@ -34,11 +34,13 @@ from hardware_specs.catalog import load_pooled_cluster, load_stack
 from hardware_specs.mfu_reference import reference_name
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, whole_number
+from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.pools import Pool, PooledCluster
 from hardware_specs.stack_spec import StackSpec
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from planners import hetero_candidates as cand
+from planners import hetero_options as opts
 from planners import hetero_unmerge as unmerge
 from planners.hetero_explain import explain_text, layout_text
 from planners.hetero_pipelines import Layout, Pipelines, fits_memory, lay_out, layer_cap_bound, might_fit
@@ -594,8 +596,23 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         if not micro_batches:
             raise InputError("micro_batches", "names no micro-batch size",
                              "give at least one, or leave it out to try every divisor of the global batch")
+    keep, top = opts.search_counts(keep, top)
+    zeros = opts.zero_stages(zeros)
+    sequence_parallel = opts.sequence_parallel_modes(sequence_parallel)
+    recomputes = opts.recompute_modes(recomputes)
     model = load_model(model) if isinstance(model, str) else model
+    if not isinstance(model, ModelSpec):
+        raise InputError("model", f"expected a model name, file or ModelSpec, got {type(model).__name__}",
+                         "e.g. 'llama3-70b' (paraplan models list)")
     cluster = load_pooled_cluster(cluster) if isinstance(cluster, str) else cluster
+    if isinstance(cluster, ClusterSpec):        # one GPU kind: one pool of its max_gpus, as its name gives
+        if cluster.max_gpus is None:
+            raise InputError("gpus", f"cluster {cluster.name} is one GPU kind without a GPU count",
+                             "pass PooledCluster.single(cluster, gpus)")
+        cluster = PooledCluster.single(cluster, cluster.max_gpus)
+    if not isinstance(cluster, PooledCluster):
+        raise InputError("cluster", f"expected a cluster name, file, PooledCluster or ClusterSpec, got "
+                         f"{type(cluster).__name__}", "e.g. load_pooled_cluster('a100-h100.yaml')")
     if model.moe is not None or model.mtp_layers:
         raise InputError("model", f"{model.name}: plans across pools cover dense models without MTP for now",
                          "plan it on one pool with paraplan plan")
@@ -610,7 +627,7 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
             common_dtype(cluster.subset((p.name,)), None)
     if headroom_gib is not None:
         headroom.headroom_gib(float("inf"), headroom_gib)      # negative, nan, inf: one error, up front
-    effs_all = pool_efficiencies(cluster, dict(efficiency or {}))
+    effs_all = pool_efficiencies(cluster, efficiency)
     mbs = cand.divisors(gbs)
     if micro_batches is not None:
         for mb in micro_batches:
@@ -620,13 +637,8 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         mbs = np.array(sorted(set(micro_batches)), dtype=np.int64)
     elif max_micro_batch is not None:
         mbs = mbs[mbs <= max_micro_batch]
-    rc_names = tuple(recomputes or (r.value for r in Recompute))
     search = {"max_tp": int(max_tp or 10**9), "micro_batches": tuple(int(x) for x in mbs),
-              "recomputes": tuple(RECOMPUTE_CODES[Recompute(r)] for r in rc_names),
-              "sps": tuple(bool(s) for s in sequence_parallel), "zeros": tuple(int(z) for z in zeros)}
-    for z in search["zeros"]:
-        if z not in (0, 1):
-            raise InputError("zero_stage", f"ZeRO-{z} is not modelled across pools yet", "use ZeRO 0 or 1")
+              "recomputes": tuple(RECOMPUTE_CODES[r] for r in recomputes), "sps": sequence_parallel, "zeros": zeros}
     stack_spec = load_stack(stack) if isinstance(stack, str) else stack
     kinds = {p.cluster.gpu.name for p in cluster.pools}
     kind = kinds.pop() if len(kinds) == 1 else None

@@ -12,12 +12,14 @@ re-derives a layer's time.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from hardware_specs.catalog import efficiency_for_cluster
 from hardware_specs.efficiency_model import EfficiencyModel
+from hardware_specs.errors import InputError, suggest
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
 from cost_models.compute import compute_rates
@@ -68,10 +70,23 @@ class UnitCosts:
         return int(len(self.pool))
 
 
-def pool_efficiencies(cluster: PooledCluster, overrides: dict | None = None) -> tuple[EfficiencyModel, ...]:
+def pool_efficiencies(cluster: PooledCluster, overrides: Mapping | None = None) -> tuple[EfficiencyModel, ...]:
     """Each pool's efficiency model: ``overrides[pool]`` if given, else its cluster's own or its
-    GPU generation's."""
-    overrides = overrides or {}
+    GPU generation's. ``overrides`` maps pool names of ``cluster`` to ``EfficiencyModel``s: a
+    list, a name ('hopper') or a pool the cluster lacks is one ``InputError`` (they failed as an
+    AttributeError inside the cost model, or an override for a misspelt pool was silently unused)."""
+    if overrides is None:
+        overrides = {}
+    if not isinstance(overrides, Mapping):
+        raise InputError("efficiency", f"must map pool names to efficiency models, got {type(overrides).__name__}",
+                         "e.g. {'h100': hardware_specs.catalog.load_efficiency('hopper')}")
+    for name, eff in overrides.items():
+        if name not in cluster.pool_names:
+            raise InputError(f"efficiency.{name}", f"{cluster.name} has no pool '{name}'",
+                             suggest(str(name), cluster.pool_names))
+        if eff is not None and not isinstance(eff, EfficiencyModel):
+            raise InputError(f"efficiency.{name}", f"must be an EfficiencyModel, got {type(eff).__name__}",
+                             "pass hardware_specs.catalog.load_efficiency(generation or file)")
     return tuple(overrides.get(p.name) or efficiency_for_cluster(p.cluster) for p in cluster.pools)
 
 
