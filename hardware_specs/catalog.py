@@ -591,16 +591,27 @@ _RELEASE_TAG = re.compile(r"[a-z][a-z0-9._+\-]*", re.IGNORECASE)
 
 def serving_profile_covers(framework: str, version: str) -> bool:
     """Whether ``version`` is a tag, not a numbered release, that a serving profile of
-    ``framework`` lists or covers (``StackSpec.covers``: vllm-0.14 lists ``nightly``, and so
-    covers the serving-runs file's ``nightly-5b8c30d6``): a user may give it as a release. A
+    ``framework`` lists, or a build of one (``_tag_names``: vllm-0.14 lists ``nightly``, and so
+    the serving-runs file's ``nightly-5b8c30d6``): a user may give it as a release. A
     numbered spelling is judged by ``release_match.looks_like_release`` alone (``covers`` reads
     ``0.11.0 0.12.0`` as a build of 0.11)."""
     text = str(version).strip()
     if release_numbers(text) is not None or not _RELEASE_TAG.fullmatch(text):
         return False
     key = framework_key(framework)
-    return any(framework_key(s.framework) == key and s.covers(text)
+    return any(framework_key(s.framework) == key and any(_tag_names(listed, text) for listed in s.versions)
                for s in (load_stack(n) for n in sorted(_entries("stacks"))) if s.serving is not None)
+
+
+def _tag_names(listed: str, tag: str) -> bool:
+    """Whether ``tag`` is the listed tag itself or a build of it: the listed tag followed by ``-``,
+    ``.`` or ``+`` and more (``nightly-5b8c30d6`` of ``nightly``), case aside. Stricter than
+    ``StackSpec.covers``, which reads the validation files' cells and so takes a leading ``v``
+    and an ``rc`` suffix (``vnightly``, ``nightlyrc2`` are no tags a profile lists)."""
+    listed, tag = listed.lower(), tag.lower()
+    if release_numbers(listed) is not None:
+        return False
+    return tag == listed or (tag.startswith(listed) and len(tag) > len(listed) + 1 and tag[len(listed)] in "-.+")
 
 
 def serving_release_match(framework: str, version: str | None = None) -> ReleaseMatch:

@@ -54,6 +54,10 @@ def test_the_api_takes_the_listed_tag_as_the_cli_does():
     ("sglang", "nightly"),          # no SGLang profile lists it
     ("vllm", "gpt-oss-dev"),        # a tag of the serving-runs file no profile lists
     ("vllm", "nightly2"),           # not the listed tag, nor one following it with '.', '-', '+'
+    ("vllm", "nightlyrc2"),         # StackSpec.covers takes an rc suffix for the files' cells, a user's tag not
+    ("vllm", "vnightly"),           # nor a leading v
+    ("vllm", "vvvnightly"),
+    ("vllm", "nightly-"),           # a separator with nothing after it
     ("vllm", "nightly 0.11"),       # two words: covers() reads them as a build of the tag
     ("vllm", "nightly\n2"),
 ])
