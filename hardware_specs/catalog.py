@@ -589,7 +589,7 @@ def serving_frameworks() -> set[str]:
 _RELEASE_TAG = re.compile(r"[a-z][a-z0-9._+\-]*", re.IGNORECASE)
 
 
-def serving_profile_covers(framework: str, version: str) -> bool:
+def serving_profile_lists_tag(framework: str, version: str) -> bool:
     """Whether ``version`` is a tag, not a numbered release, that a serving profile of
     ``framework`` lists, or a build of one (``_tag_names``: vllm-0.14 lists ``nightly``, and so
     the serving-runs file's ``nightly-5b8c30d6``): a user may give it as a release. A
@@ -672,7 +672,12 @@ def load_pooled_cluster(name_or_path: str, gpus: int | None = None) -> PooledClu
             raise InputError("gpus", f"cluster {p.stem} lists its pools and their GPU counts",
                              "drop --gpus, or edit the pools' gpus")
         return _load_pooled_cached(str(p), p.stat().st_mtime)
-    cluster = _load_cluster_cached(str(p), *_cluster_stamp(p))
+    return one_pool(_load_cluster_cached(str(p), *_cluster_stamp(p)), gpus)
+
+
+def one_pool(cluster: ClusterSpec, gpus: int | None = None) -> PooledCluster:
+    """A one-kind ``cluster`` as one pool of ``gpus`` GPUs (default: its ``max_gpus``);
+    ``InputError`` where neither gives a count."""
     count = gpus if gpus is not None else cluster.max_gpus
     if count is None:
         raise InputError("gpus", f"cluster {cluster.name} is one GPU kind without a GPU count",

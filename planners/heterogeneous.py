@@ -30,11 +30,11 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from hardware_specs.catalog import load_pooled_cluster, load_stack
+from hardware_specs.catalog import load_pooled_cluster, load_stack, one_pool
+from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.mfu_reference import reference_name
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, whole_number
-from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.pools import Pool, PooledCluster
 from hardware_specs.stack_spec import StackSpec
 from model_specs.catalog import load_model
@@ -606,10 +606,7 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
                          "e.g. 'llama3-70b' (paraplan models list)")
     cluster = load_pooled_cluster(cluster) if isinstance(cluster, str) else cluster
     if isinstance(cluster, ClusterSpec):        # one GPU kind: one pool of its max_gpus, as its name gives
-        if cluster.max_gpus is None:
-            raise InputError("gpus", f"cluster {cluster.name} is one GPU kind without a GPU count",
-                             "pass PooledCluster.single(cluster, gpus)")
-        cluster = PooledCluster.single(cluster, cluster.max_gpus)
+        cluster = one_pool(cluster)
     if not isinstance(cluster, PooledCluster):
         raise InputError("cluster", f"expected a cluster name, file, PooledCluster or ClusterSpec, got "
                          f"{type(cluster).__name__}", "e.g. load_pooled_cluster('a100-h100.yaml')")

@@ -16,7 +16,7 @@ import numpy as np
 
 from cost_models.speculative import MAX_SPECULATIVE_TOKENS, MTP_ACCEPTANCE_PRIOR, expected_tokens_per_step
 from cost_models.weight_formats import canonical_format, kv_dtype_bytes, native_compute_dtype, runs_natively
-from hardware_specs.catalog import (load_cluster, load_serving_efficiency, load_stack, serving_profile_covers,
+from hardware_specs.catalog import (load_cluster, load_serving_efficiency, load_stack, serving_profile_lists_tag,
                                     serving_stack_for)
 from hardware_specs.yaml_files import is_file
 from hardware_specs.cluster_spec import ClusterSpec
@@ -188,7 +188,7 @@ class ServingContext:
         time."""
         if backend_version is not None and not looks_like_release(backend_version) and not (
                 isinstance(backend, str) and isinstance(backend_version, str)
-                and serving_profile_covers(backend, backend_version)):
+                and serving_profile_lists_tag(backend, backend_version)):
             # a release no rule places had run as the newest profile, with a note on stderr and exit 0;
             # a tag a profile lists (vllm-0.14's ``nightly``) is one it places, as `hardware stacks` shows
             raise InputError("--backend-version", f"{backend_version!r} is not a release",
