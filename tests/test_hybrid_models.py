@@ -68,6 +68,31 @@ def test_hybrid_flop_convention_is_megatron_bridges_count_and_matches_its_rows()
     assert (per_token / 22278094848.0 - 1).abs().max() < 0.01
 
 
+def test_hybrid_flop_convention_counts_latent_moe_experts_at_the_latent_width():
+    """Nemotron 3 Super (LatentMoE, latent 1024) by Megatron-Bridge's hybrid_flops per token
+    (``moe_layer_flops`` with moe_latent_size, flop_utils.py@067f987): attention
+    4*4096*4096*(1 + 2/32) + 2*4096*8192 = 138412032, x8; Mamba (d_in 2h = 8192)
+    2*4096*(2*8192 + 2*8*128 + 128) + 7*8192*128 + 2*8192*4096 = 226492416, x40; MoE routed
+    4*1024*22*2688 = 242221056 + projections 4*4096*1024 = 16777216 + shared 4*4096*5376 =
+    88080384, x40; logits 2*4096*131072 = 1073741824: 25123880960 forward, x3 = 75371642880
+    (the count at the hidden width, 160.6e9 a token, was 2.1x this)."""
+    m = load_model("nemotron-3-super-120b-a12b")
+    assert m.moe.latent_size == 1024
+    assert megatron_core_model_causal(m, 1.0) / m.seq_len == pytest.approx(75371642880.0, rel=1e-12)
+
+
+def test_gpt_flop_convention_counts_latent_moe_experts_at_the_latent_width():
+    """Megatron-LM's num_floating_point_operations (training.py at d98e8a64dd) with
+    moe_latent_size r: routed k f m r/h + 2 r in place of k f m, over h, per MoE layer.
+    Mixtral-8x7B (h 4096, top-2 of 14336, SwiGLU m 1.5, 32 MoE layers) at r = 1024:
+    12 * 32 * 4096 * (2*14336*1.5*(1024/4096 - 1) + 2*1024) = -47513075712 FLOPs a token."""
+    import dataclasses
+    m = load_model("mixtral-8x7b")
+    latent = dataclasses.replace(m, moe=dataclasses.replace(m.moe, latent_size=1024))
+    for count in (megatron_core_model, megatron_core_model_causal):
+        assert (count(latent, 1.0) - count(m, 1.0)) / m.seq_len == pytest.approx(-47513075712.0, rel=1e-12)
+
+
 def test_pipeline_stages_hold_the_patterns_own_moe_layers():
     """Nano on 4 stages holds 13 layers each; the E layers among pattern[0:13], [13:26], ... are
     5, 6, 6, 6 (MEMEM*EMEMEM* holds 5; counted from the pattern string)."""

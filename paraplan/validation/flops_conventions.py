@@ -63,6 +63,12 @@ def _megatron_core(m: ModelSpec, B: float, causal: bool) -> float:
         moe = m.moe
         shared_f = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
         moe_term = (moe.top_k * moe.expert_ffn_hidden_size + moe.num_shared_experts * shared_f) / h * mult
+        if moe.latent_size:
+            # LatentMoE: the routed experts run latent_size wide, plus the h x latent projections
+            # down and up (Megatron-LM training.py num_floating_point_operations, "Routed experts
+            # run on moe_latent_size" / "Up proj and down proj", at d98e8a64dd)
+            routed = moe.top_k * moe.expert_ffn_hidden_size * mult * moe.latent_size / h + 2.0 * moe.latent_size
+            moe_term = (routed + moe.num_shared_experts * shared_f * mult) / h
         dense_f = moe.dense_ffn_hidden_size or m.ffn_hidden_size
         dense_term = dense_f / h * mult
         mlp = (m.num_moe_layers * moe_term + m.num_dense_layers * dense_term) / l
@@ -84,7 +90,8 @@ def _megatron_hybrid(m: ModelSpec, B: float, keys: float) -> float:
       is the source's convention, not the FLOPs executed; ``cost_models.mamba`` counts those);
     * attention layer: 4 h (a d)(1 + g/a) + 4 (a d) x keys, keys the keys each query sees: s,
       or s/2 for the causal convention (the counter's 2 (a d) s is the causal form);
-    * MLP layer: 4 h f m; MoE layer: 4 h m (k f_expert + shared f_shared);
+    * MLP layer: 4 h f m; MoE layer: 4 h m (k f_expert + shared f_shared), or with LatentMoE
+      (latent width r) 4 r m k f_expert + 4 h r + 4 h m shared f_shared (``moe_layer_flops``);
     * logits: 2 h V.
     """
     h, V = m.hidden_size, m.vocab_size
@@ -100,7 +107,11 @@ def _megatron_hybrid(m: ModelSpec, B: float, keys: float) -> float:
     if m.moe is not None:
         moe = m.moe
         shared = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
-        per_token += n["moe"] * 4.0 * h * mult * (moe.top_k * moe.expert_ffn_hidden_size + shared)
+        width = moe.latent_size or h           # LatentMoE's routed experts run latent_size wide
+        routed = 4.0 * width * mult * moe.top_k * moe.expert_ffn_hidden_size
+        if moe.latent_size:
+            routed += 4.0 * h * moe.latent_size      # the projections down to and up from the latent
+        per_token += n["moe"] * (routed + 4.0 * h * mult * shared)
     per_token += 2.0 * h * V
     return 3.0 * B * m.seq_len * per_token
 
