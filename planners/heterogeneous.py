@@ -66,6 +66,9 @@ TABLE_COLUMNS = ("kind", "pools", "n_gpus", "layout", "micro_batch", "zero_stage
 #: templates per pool and shared key that enter the data-parallel mixes, and pipeline mixes per
 #: shared key that reach the exact score
 DEFAULT_KEEP = 6
+#: sets of at most this many pools keep, in their data-parallel mixes, each pool's templates that
+#: a smaller size of it keeps (``_templates_kept``)
+MAX_PACKED_POOLS = 2
 #: sequences per step the search accepts (its micro-batch candidates are the batch's divisors)
 MAX_GLOBAL_BATCH = 10**8
 
@@ -309,6 +312,47 @@ def _top_per_key(score, key_rows, keep: int) -> np.ndarray:
     return idx[(np.arange(len(idx)) - run_start) < keep]
 
 
+def _templates_kept(slowest_s, shared, cells, replicas, keep: int, min_replicas: int = 1) -> np.ndarray:
+    """Indices of the templates (one pool's, one ZeRO stage) that enter the data-parallel mixes:
+    the ``keep`` best rates (``replicas`` / ``slowest_s``, 0 where the template does not fit) of each
+    ``shared`` key on this pool (``_top_per_key``), and each template that fits and ranks among the ``keep`` best of
+    its key on some smaller pool where it has the same ``replicas`` of ``cells`` GPUs (tp x pp).
+
+    The cut at this pool's size alone let a pipeline that packs a smaller pool exactly fall out
+    when the pool grew past it (Llama-3-8B, 32 sequences: tp 8 x 2 replicas is the mix's H200 side
+    on 16 H200 + 16 B200; on 20 H200 it leaves 4 idle and fell out of the 6 kept), so the smaller
+    cluster's best mix was no candidate on the larger one. A template's chance is best on the
+    smallest pool where it has its replicas (``replicas x cells`` GPUs), since every other
+    template's replicas only grow with the pool: it is kept where fewer than ``keep`` templates of
+    its key rank above it there (ties by row order, as ``_top_per_key``). A competitor's time per
+    replica there is its ``slowest_s`` here: exact for ZeRO 0, whose layout does not depend on the
+    replicas. Pairs are formed within a key, of the templates that fit only."""
+    ok = np.isfinite(slowest_s)
+    rate = np.where(ok, replicas / np.where(ok, slowest_s, 1.0), 0.0)
+    kept = _top_per_key(-rate, shared, keep)
+    pos = np.flatnonzero(rate > 0)
+    if len(pos) == 0:
+        return kept
+    cells, replicas = np.asarray(cells, dtype=np.int64)[pos], np.asarray(replicas, dtype=np.int64)[pos]
+    r, s = rate[pos], np.asarray(slowest_s, dtype=float)[pos]
+    _, grp = np.unique(np.asarray(shared)[pos], axis=0, return_inverse=True)
+    grp = np.asarray(grp).ravel()
+    gpus = replicas * cells                             # the smallest pool where a row has its replicas
+    order = np.argsort(grp, kind="stable")              # each key's rows, in row order
+    size = np.bincount(grp)
+    start = np.concatenate([[0], np.cumsum(size)[:-1]])
+    per = size[grp]
+    i = np.repeat(np.arange(len(pos)), per)
+    first = np.concatenate([[0], np.cumsum(per)[:-1]])
+    j = order[start[grp][i] + np.arange(len(i)) - np.repeat(first, per)]
+    d_j = gpus[i] // cells[j]
+    rate_j = np.where(d_j >= min_replicas, d_j / s[j], -np.inf)      # -inf: no template there
+    ahead = (j != i) & ((rate_j > r[i]) | ((rate_j == r[i]) & (j < i)))
+    small = pos[np.bincount(i[ahead], minlength=len(pos)) < keep]
+    # this pool's own cut first, in its order (the mixes it gave are built as before)
+    return np.concatenate([kept, np.setdiff1d(small, kept)])
+
+
 def _shared_key(keys, pipes: Pipelines, zero) -> np.ndarray:
     """(P, 4) per one-group plan: micro-batch, recomputation, sp of its first segment, ZeRO stage."""
     k = pipes.seg_key[:, 0]
@@ -423,10 +467,13 @@ def _search_pools(model, cluster, effs, settings, search, limits, gbs, keep, top
                               seg_pool=np.full((n, 1), p), seg_key=rows[:, 0:1], seg_tp=rows[:, 1:2],
                               seg_stages=rows[:, 2:3])
             lay = lay_out(model, cluster, effs, settings, units, pipes, np.full(n, z), limits, None)
-            rate = np.where(np.isfinite(lay.slowest_s), rows[:, 3] / lay.slowest_s, 0.0)
             k = rows[:, 0]
             shared = np.stack([keys.micro_batch[k], keys.recompute[k], keys.sequence_parallel[k].astype(np.int64)], axis=1)
-            best = _top_per_key(-rate, shared, keep)
+            # on two pools, also the templates that a smaller size of this pool keeps (``_templates_kept``);
+            # on more, this size's cut only: the extras would multiply the mixes over three pools
+            best = (_templates_kept(lay.slowest_s, shared, rows[:, 1] * rows[:, 2], rows[:, 3], keep, 1 + (z > 0))
+                    if len(cluster.pools) <= MAX_PACKED_POOLS else
+                    _top_per_key(-np.where(np.isfinite(lay.slowest_s), rows[:, 3] / lay.slowest_s, 0.0), shared, keep))
             for i in best:
                 sk = (int(shared[i, 0]), int(shared[i, 1]), int(shared[i, 2]), int(z))
                 per_key.setdefault(sk, []).append(tuple(int(x) for x in rows[i]))
@@ -566,7 +613,8 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         headroom_gib: memory to leave free on every GPU, GiB (None: ``simulator.headroom``'s
             default, 5% of each pool's HBM).
         efficiency: pool name -> efficiency model override.
-        keep: mixes per shared key that reach the exact score (see module docstring).
+        keep: mixes per shared key that reach the exact score (see module docstring), and each
+            pool's pipelines per shared key in the data-parallel mixes (``_templates_kept``).
         top: rows of the ranked table kept.
         stack: the software stack every plan runs (``hardware_specs/stacks``, name or spec): its
             behaviour fields, with its recipes for the model (GPU-specific recipes only when every
