@@ -316,11 +316,20 @@ def _keep(cols: dict, mask: np.ndarray) -> dict:
     return {k: v[mask] for k, v in cols.items()}
 
 
+def _by_schedule(sched: np.ndarray, rule) -> np.ndarray:
+    """(rows, combinations): ``rule(code)``, a per-row mask, for each combination's schedule
+    code in ``sched``, computed once per distinct code (the combinations repeat each schedule
+    for every sequence-parallel, ZeRO and recompute choice) and spread to the combinations."""
+    codes, col = np.unique(sched, return_inverse=True)
+    return np.stack([np.asarray(rule(int(code)), dtype=bool) for code in codes], axis=1)[:, col.ravel()]
+
+
 def _flush_sizes(sched: np.ndarray, pp: np.ndarray, m: np.ndarray, vpp: np.ndarray) -> np.ndarray:
-    """(rows, schedules): whether each row's flush under each schedule is within what the step
-    model builds in seconds (``pipeline.makespan.flush_within_limit``; one stage always is)."""
+    """(rows, combinations): whether each row's flush under each combination's schedule is within
+    what the step model builds in seconds (``pipeline.makespan.flush_within_limit``; one stage
+    always is)."""
     from simulator.pipeline.makespan import flush_within_limit
-    return np.stack([flush_within_limit(SCHEDULE_NAMES[int(code)], pp, m, vpp) for code in sched], axis=1)
+    return _by_schedule(sched, lambda code: flush_within_limit(SCHEDULE_NAMES[code], pp, m, vpp))
 
 
 def micro_batch_candidates(global_batch: int, max_micro_batch: int | None) -> np.ndarray:
@@ -526,8 +535,8 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
                           | ((cols["pp"] % 2 == 0) & (m_all % 2 == 0) & (m_all >= 2 * cols["pp"]))[:, None])),
         ("one_stage", grid(~zero_bubble[None, :] | (cols["pp"] > 1)[:, None])),
         # a full recomputation of N layers a chunk needs a chunk of at least N layers (check_config)
-        ("layers", grid(largest_chunk_layers(L + model.mtp_layers, cols["pp"][:, None], cols["vpp"][:, None],
-                                             sched[None, :]) >= c.recompute_num_layers)),
+        ("layers", _by_schedule(sched, lambda code: largest_chunk_layers(L + model.mtp_layers, cols["pp"], cols["vpp"],
+                                                                         code) >= c.recompute_num_layers)),
         ("flush_size", _flush_sizes(sched, cols["pp"], m_all, cols["vpp"])),
         ("fixed", grid(_allowed(fixed, "sequence_parallel", sp)[None, :])),
         ("sp_needs_tp", grid((sp == 0)[None, :] | (t > 1))),
