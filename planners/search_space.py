@@ -241,10 +241,25 @@ class _Counter:
     def apply2d(self, rules: list[tuple[str, np.ndarray]], shape: tuple, scale: int) -> np.ndarray:
         alive = np.ones(shape, dtype=bool)
         for name, ok in rules:
-            fail = alive & ~np.asarray(ok, dtype=bool)
+            ok = np.asarray(ok, dtype=bool)
+            if _repeats_all_true(ok):          # drops nothing: no pass over (rows x combinations)
+                self.pruned[name] = self.pruned.get(name, 0)
+                continue
+            fail = alive & ~ok
             self.pruned[name] = self.pruned.get(name, 0) + int(np.count_nonzero(fail)) * scale
             alive &= ~fail
         return alive
+
+
+def _repeats_all_true(ok: np.ndarray) -> bool:
+    """Whether ``ok`` is a mask repeated along an axis (a broadcast view: stride 0, as ``grid``
+    and ``_by_combination`` give a rule of one axis) that is true everywhere, read from one
+    slice; False for a mask held in full (checking it would cost what applying it does)."""
+    if ok.ndim == 0:
+        return bool(ok)
+    if all(st != 0 for st in ok.strides):
+        return False
+    return bool(ok[tuple(slice(0, 1) if st == 0 else slice(None) for st in ok.strides)].all())
 
 
 def coded(fixed: Mapping[str, tuple]) -> dict[str, tuple]:
@@ -316,12 +331,22 @@ def _keep(cols: dict, mask: np.ndarray) -> dict:
     return {k: v[mask] for k, v in cols.items()}
 
 
-def _by_schedule(sched: np.ndarray, rule) -> np.ndarray:
-    """(rows, combinations): ``rule(code)``, a per-row mask, for each combination's schedule
-    code in ``sched``, computed once per distinct code (the combinations repeat each schedule
-    for every sequence-parallel, ZeRO and recompute choice) and spread to the combinations."""
-    codes, col = np.unique(sched, return_inverse=True)
-    return np.stack([np.asarray(rule(int(code)), dtype=bool) for code in codes], axis=1)[:, col.ravel()]
+def _by_combination(n_rows: int, keys: list[np.ndarray], rule) -> np.ndarray:
+    """(rows, combinations): ``rule(i)``, a mask over the ``n_rows`` base rows for combination
+    ``i``, computed once per distinct value of the combinations' ``keys`` (the columns of the
+    last axes the rule reads: a rule reading the schedule alone sees 2 distinct values among the
+    dozens of (schedule, sp, ZeRO, recompute, shard) combinations) and spread to every
+    combination; what a rule of (rows x combinations) arrays gives, with per-row work only."""
+    _, first, col = np.unique(np.stack(keys, axis=1), axis=0, return_index=True, return_inverse=True)
+    masks = [np.broadcast_to(np.asarray(rule(int(i)), dtype=bool), (n_rows,)) for i in first]
+    if all(m.all() for m in masks):     # a rule that drops nothing here, as a repeated view
+        return np.broadcast_to(np.True_, (n_rows, len(col.ravel())))
+    return np.stack(masks, axis=1)[:, col.ravel()]
+
+
+def _by_schedule(sched: np.ndarray, n_rows: int, rule) -> np.ndarray:
+    """``_by_combination`` of ``rule(code)``, a rule reading the combination's schedule code only."""
+    return _by_combination(n_rows, [sched], lambda i: rule(int(sched[i])))
 
 
 def _flush_sizes(sched: np.ndarray, pp: np.ndarray, m: np.ndarray, vpp: np.ndarray) -> np.ndarray:
@@ -329,7 +354,7 @@ def _flush_sizes(sched: np.ndarray, pp: np.ndarray, m: np.ndarray, vpp: np.ndarr
     what the step model builds in seconds (``pipeline.makespan.flush_within_limit``; one stage
     always is)."""
     from simulator.pipeline.makespan import flush_within_limit
-    return _by_schedule(sched, lambda code: flush_within_limit(SCHEDULE_NAMES[code], pp, m, vpp))
+    return _by_schedule(sched, len(pp), lambda code: flush_within_limit(SCHEDULE_NAMES[code], pp, m, vpp))
 
 
 def micro_batch_candidates(global_batch: int, max_micro_batch: int | None) -> np.ndarray:
@@ -514,35 +539,37 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
     t = cols["tp"][:, None]
     inter = (sched == SCHEDULE_CODES[Schedule.INTERLEAVED])[None, :]
     shard = largest_zero_group(cols["dp"], cols["cp"], cols["tp"], cols["ep"], cols["etp"], model.moe is not None)
-    shape = (len(cols["dp"]), len(sched))
+    n_base = len(cols["dp"])
+    shape = (n_base, len(sched))
     dominated = np.full(shape, c.prune_dominated)
 
     def grid(mask):
         return np.broadcast_to(mask, shape)
 
-    two_chunks = np.isin(sched, [SCHEDULE_CODES[Schedule.ZB_V], SCHEDULE_CODES[Schedule.DUALPIPE]])[None, :]
+    two_chunks = (SCHEDULE_CODES[Schedule.ZB_V], SCHEDULE_CODES[Schedule.DUALPIPE])
     zero_bubble = np.isin(sched, [SCHEDULE_CODES[Schedule(s)] for s in ZERO_BUBBLE_SCHEDULES])
     m_all = gbs // (cols["dp"] * cols["micro_batch"])
     ok = count.apply2d([
         ("fixed", grid(_allowed(fixed, "schedule", sched)[None, :])),
         ("schedule", grid(inter == (cols["vpp"] > 1)[:, None])),
         # ZB-V: 2 chunks per rank on one copy (2 pp positions); DualPipe: pp positions per copy
-        ("layers", grid(~two_chunks | (np.where(sched == SCHEDULE_CODES[Schedule.DUALPIPE], 1, 2)[None, :]
-                                       * cols["pp"][:, None] <= L + model.mtp_layers))),
+        ("layers", _by_schedule(sched, n_base, lambda code: (code not in two_chunks)
+                                | ((1 if code == SCHEDULE_CODES[Schedule.DUALPIPE] else 2) * cols["pp"]
+                                   <= L + model.mtp_layers))),
         # DualPipe pairs rank i with p-1-i and feeds micro-batches from both ends
         # (``pipeline.schedules``): an even p and an even m >= 2p
         ("dualpipe", grid((sched != SCHEDULE_CODES[Schedule.DUALPIPE])[None, :]
                           | ((cols["pp"] % 2 == 0) & (m_all % 2 == 0) & (m_all >= 2 * cols["pp"]))[:, None])),
         ("one_stage", grid(~zero_bubble[None, :] | (cols["pp"] > 1)[:, None])),
         # a full recomputation of N layers a chunk needs a chunk of at least N layers (check_config)
-        ("layers", _by_schedule(sched, lambda code: largest_chunk_layers(L + model.mtp_layers, cols["pp"], cols["vpp"],
+        ("layers", _by_schedule(sched, n_base, lambda code: largest_chunk_layers(L + model.mtp_layers, cols["pp"], cols["vpp"],
                                                                          code) >= c.recompute_num_layers)),
         ("flush_size", _flush_sizes(sched, cols["pp"], m_all, cols["vpp"])),
         ("fixed", grid(_allowed(fixed, "sequence_parallel", sp)[None, :])),
         ("sp_needs_tp", grid((sp == 0)[None, :] | (t > 1))),
         # sequence parallelism splits each cp rank's seq_len / cp tokens over tp (check_config's rule)
-        ("sequence", grid(_all_kinds(c, lambda k: sequence_split_ok(model.seq_len, cols["cp"][:, None], t,
-                                                                    (sp == 1)[None, :], k)))),
+        ("sequence", _by_combination(n_base, [sp], lambda i: _all_kinds(c, lambda k: sequence_split_ok(
+            model.seq_len, cols["cp"], cols["tp"], bool(sp[i] == 1), k)))),
         ("fixed", grid(_allowed(fixed, "zero_stage", zero)[None, :])),
         # a ZeRO stage the request fixed is kept (as zero2_is_zero1 keeps a fixed ZeRO-2): simulate
         # runs it, and dropping it left ``--dp 1 --zero 1`` no layout, blamed on the global batch
@@ -551,14 +578,14 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("zero2_is_zero1", grid(((zero != 2) | (not c.zero2_is_zero1) | ("zero_stage" in fixed))[None, :])),
         ("fixed", grid(_allowed(fixed, "recompute", rc)[None, :])),
         *_hsdp_rules(cols, c, fixed, zero, hs, shape),
-        ("stack", grid(~lacked_use(lacks, pp=cols["pp"][:, None], sequence_parallel=(sp == 1)[None, :] & (t > 1),
-                                   moe_tp_without_sp=(model.moe is not None) & (sp == 0)[None, :] & (t > 1),
-                                   zero_stage=zero[None, :], zero_bubble=zero_bubble[None, :],
-                                   selective=(rc == RECOMPUTE_CODES[Recompute.SELECTIVE])[None, :]))),
+        ("stack", _by_combination(n_base, [sp, zero, zero_bubble, rc], lambda i: ~lacked_use(
+            lacks, pp=cols["pp"], sequence_parallel=bool(sp[i] == 1) & (cols["tp"] > 1),
+            moe_tp_without_sp=(model.moe is not None) & bool(sp[i] == 0) & (cols["tp"] > 1),
+            zero_stage=zero[i], zero_bubble=zero_bubble[i], selective=rc[i] == RECOMPUTE_CODES[Recompute.SELECTIVE]))),
         # the planner's selective rows recompute the stack's selective modules, never ``moe``
-        ("ep_overlap", grid((not c.ep_comm_overlap) | ep_overlap_runnable(
-            ep=cols["ep"][:, None], pp=cols["pp"][:, None], vpp=cols["vpp"][:, None], own_schedule=zero_bubble[None, :],
-            full_recompute=(rc == RECOMPUTE_CODES[Recompute.FULL])[None, :], moe_recompute=False,
+        ("ep_overlap", _by_combination(n_base, [zero_bubble, rc], lambda i: (not c.ep_comm_overlap) | ep_overlap_runnable(
+            ep=cols["ep"], pp=cols["pp"], vpp=cols["vpp"], own_schedule=zero_bubble[i],
+            full_recompute=rc[i] == RECOMPUTE_CODES[Recompute.FULL], moe_recompute=False,
             full_precision=all(d in FULL_PRECISION_DTYPES for d in c.dtypes), mtp_layers=model.mtp_layers))),
     ], shape, n_dt)
     pruned = {k: pruned.get(k, 0) for k in RULES if k != "memory"}
