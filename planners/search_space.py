@@ -238,17 +238,39 @@ class _Counter:
     def apply(self, rules: list[tuple[str, np.ndarray]], n_rows: int, scale: int) -> np.ndarray:
         return self.apply2d(rules, (n_rows,), scale)
 
-    def apply2d(self, rules: list[tuple[str, np.ndarray]], shape: tuple, scale: int) -> np.ndarray:
+    def apply2d(self, rules: list[tuple[str, "np.ndarray | _Gathered"]], shape: tuple, scale: int) -> np.ndarray:
+        """The rows (of ``shape``) every rule keeps; each rule's count is of the rows it drops
+        that no earlier rule dropped. A ``_Gathered`` mask is spread out only while it is
+        applied, so one (rows x combinations) mask is held at a time."""
         alive = np.ones(shape, dtype=bool)
         for name, ok in rules:
-            ok = np.asarray(ok, dtype=bool)
-            if _repeats_all_true(ok):          # drops nothing: no pass over (rows x combinations)
+            if isinstance(ok, _Gathered):
+                ok = None if ok.table.all() else ok.full()
+            else:
+                ok = np.asarray(ok, dtype=bool)
+                ok = None if _repeats_all_true(ok) else ok
+            if ok is None:                     # drops nothing: no pass over (rows x combinations)
                 self.pruned[name] = self.pruned.get(name, 0)
                 continue
-            fail = alive & ~ok
+            fail = alive > ok                  # alive & ~ok, in one pass
             self.pruned[name] = self.pruned.get(name, 0) + int(np.count_nonzero(fail)) * scale
-            alive &= ~fail
+            alive &= ok
         return alive
+
+
+@dataclass(frozen=True)
+class _Gathered:
+    """A (rows x combinations) mask held as a small table and the indices that spread it:
+    ``table[rows][:, cols]`` (None: that axis as it is). ``_Counter.apply2d`` builds it when it
+    applies the rule and drops it after."""
+
+    table: np.ndarray
+    rows: np.ndarray | None = None
+    cols: np.ndarray | None = None
+
+    def full(self) -> np.ndarray:
+        t = self.table if self.rows is None else self.table[self.rows]
+        return t if self.cols is None else t[:, self.cols]
 
 
 def _repeats_all_true(ok: np.ndarray) -> bool:
@@ -331,25 +353,24 @@ def _keep(cols: dict, mask: np.ndarray) -> dict:
     return {k: v[mask] for k, v in cols.items()}
 
 
-def _by_combination(n_rows: int, keys: list[np.ndarray], rule) -> np.ndarray:
+def _by_combination(n_rows: int, keys: list[np.ndarray], rule) -> _Gathered:
     """(rows, combinations): ``rule(i)``, a mask over the ``n_rows`` base rows for combination
     ``i``, computed once per distinct value of the combinations' ``keys`` (the columns of the
     last axes the rule reads: a rule reading the schedule alone sees 2 distinct values among the
     dozens of (schedule, sp, ZeRO, recompute, shard) combinations) and spread to every
-    combination; what a rule of (rows x combinations) arrays gives, with per-row work only."""
+    combination (spread out when applied); what a rule of (rows x combinations) arrays gives,
+    with per-row work only."""
     _, first, col = np.unique(np.stack(keys, axis=1), axis=0, return_index=True, return_inverse=True)
     masks = [np.broadcast_to(np.asarray(rule(int(i)), dtype=bool), (n_rows,)) for i in first]
-    if all(m.all() for m in masks):     # a rule that drops nothing here, as a repeated view
-        return np.broadcast_to(np.True_, (n_rows, len(col.ravel())))
-    return np.stack(masks, axis=1)[:, col.ravel()]
+    return _Gathered(np.stack(masks, axis=1), cols=col.ravel())
 
 
-def _by_schedule(sched: np.ndarray, n_rows: int, rule) -> np.ndarray:
+def _by_schedule(sched: np.ndarray, n_rows: int, rule) -> _Gathered:
     """``_by_combination`` of ``rule(code)``, a rule reading the combination's schedule code only."""
     return _by_combination(n_rows, [sched], lambda i: rule(int(sched[i])))
 
 
-def _flush_sizes(sched: np.ndarray, pp: np.ndarray, m: np.ndarray, vpp: np.ndarray) -> np.ndarray:
+def _flush_sizes(sched: np.ndarray, pp: np.ndarray, m: np.ndarray, vpp: np.ndarray) -> _Gathered:
     """(rows, combinations): whether each row's flush under each combination's schedule is within
     what the step model builds in seconds (``pipeline.makespan.flush_within_limit``; one stage
     always is)."""
@@ -536,12 +557,9 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
     else:
         sched, sp, zero, rc, hs = (a.ravel() for a in np.meshgrid(sched_raw, sp_raw, zero_raw, rc_raw, hsdp_raw,
                                                                   indexing="ij"))
-    t = cols["tp"][:, None]
-    inter = (sched == SCHEDULE_CODES[Schedule.INTERLEAVED])[None, :]
     shard = largest_zero_group(cols["dp"], cols["cp"], cols["tp"], cols["ep"], cols["etp"], model.moe is not None)
     n_base = len(cols["dp"])
     shape = (n_base, len(sched))
-    dominated = np.full(shape, c.prune_dominated)
 
     def grid(mask):
         return np.broadcast_to(mask, shape)
@@ -551,33 +569,34 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
     m_all = gbs // (cols["dp"] * cols["micro_batch"])
     ok = count.apply2d([
         ("fixed", grid(_allowed(fixed, "schedule", sched)[None, :])),
-        ("schedule", grid(inter == (cols["vpp"] > 1)[:, None])),
+        ("schedule", _by_schedule(sched, n_base, lambda code: (code == SCHEDULE_CODES[Schedule.INTERLEAVED])
+                                  == (cols["vpp"] > 1))),
         # ZB-V: 2 chunks per rank on one copy (2 pp positions); DualPipe: pp positions per copy
         ("layers", _by_schedule(sched, n_base, lambda code: (code not in two_chunks)
                                 | ((1 if code == SCHEDULE_CODES[Schedule.DUALPIPE] else 2) * cols["pp"]
                                    <= L + model.mtp_layers))),
         # DualPipe pairs rank i with p-1-i and feeds micro-batches from both ends
         # (``pipeline.schedules``): an even p and an even m >= 2p
-        ("dualpipe", grid((sched != SCHEDULE_CODES[Schedule.DUALPIPE])[None, :]
-                          | ((cols["pp"] % 2 == 0) & (m_all % 2 == 0) & (m_all >= 2 * cols["pp"]))[:, None])),
-        ("one_stage", grid(~zero_bubble[None, :] | (cols["pp"] > 1)[:, None])),
+        ("dualpipe", _by_schedule(sched, n_base, lambda code: (code != SCHEDULE_CODES[Schedule.DUALPIPE])
+                                  | ((cols["pp"] % 2 == 0) & (m_all % 2 == 0) & (m_all >= 2 * cols["pp"])))),
+        ("one_stage", _by_combination(n_base, [zero_bubble], lambda i: ~zero_bubble[i] | (cols["pp"] > 1))),
         # a full recomputation of N layers a chunk needs a chunk of at least N layers (check_config)
         ("layers", _by_schedule(sched, n_base, lambda code: largest_chunk_layers(L + model.mtp_layers, cols["pp"], cols["vpp"],
                                                                          code) >= c.recompute_num_layers)),
         ("flush_size", _flush_sizes(sched, cols["pp"], m_all, cols["vpp"])),
         ("fixed", grid(_allowed(fixed, "sequence_parallel", sp)[None, :])),
-        ("sp_needs_tp", grid((sp == 0)[None, :] | (t > 1))),
+        ("sp_needs_tp", _by_combination(n_base, [sp], lambda i: (sp[i] == 0) | (cols["tp"] > 1))),
         # sequence parallelism splits each cp rank's seq_len / cp tokens over tp (check_config's rule)
         ("sequence", _by_combination(n_base, [sp], lambda i: _all_kinds(c, lambda k: sequence_split_ok(
             model.seq_len, cols["cp"], cols["tp"], bool(sp[i] == 1), k)))),
         ("fixed", grid(_allowed(fixed, "zero_stage", zero)[None, :])),
         # a ZeRO stage the request fixed is kept (as zero2_is_zero1 keeps a fixed ZeRO-2): simulate
         # runs it, and dropping it left ``--dp 1 --zero 1`` no layout, blamed on the global batch
-        ("dominated_zero_without_dp", ~dominated | (zero == 0)[None, :] | (shard > 1)[:, None]
-         | ("zero_stage" in fixed)),
+        ("dominated_zero_without_dp", _by_combination(n_base, [zero], lambda i: (not c.prune_dominated)
+                                                      | (zero[i] == 0) | (shard > 1) | ("zero_stage" in fixed))),
         ("zero2_is_zero1", grid(((zero != 2) | (not c.zero2_is_zero1) | ("zero_stage" in fixed))[None, :])),
         ("fixed", grid(_allowed(fixed, "recompute", rc)[None, :])),
-        *_hsdp_rules(cols, c, fixed, zero, hs, shape),
+        *_hsdp_rules(cols, c, fixed, zero, hs),
         ("stack", _by_combination(n_base, [sp, zero, zero_bubble, rc], lambda i: ~lacked_use(
             lacks, pp=cols["pp"], sequence_parallel=bool(sp[i] == 1) & (cols["tp"] > 1),
             moe_tp_without_sp=(model.moe is not None) & bool(sp[i] == 0) & (cols["tp"] > 1),
@@ -731,7 +750,7 @@ def _shard_group(choice, tp, hsdp_gpus: int) -> np.ndarray:
     return np.where(choice == _NODE_GROUP, node, choice)
 
 
-def _hsdp_rules(cols: dict, c: SearchConstraints, fixed: Mapping, zero, hs, shape) -> list:
+def _hsdp_rules(cols: dict, c: SearchConstraints, fixed: Mapping, zero, hs) -> list:
     """The rules of the hybrid-sharding axis over (base rows x combinations): a value ``--fix``
     excludes is ``fixed``; a shard group that is not a proper divisor >= 2 of dp*cp, or is asked
     of ZeRO-0 (ZeRO-1 too unless ``--fix zero_shard_group`` names it: one reduction per step
@@ -755,7 +774,7 @@ def _hsdp_rules(cols: dict, c: SearchConstraints, fixed: Mapping, zero, hs, shap
     rules = []
     if "zero_shard_group" in fixed:
         allowed = np.isin(group, np.asarray(fixed["zero_shard_group"], dtype=np.int64))
-        rules.append(("fixed", np.broadcast_to(allowed[inverse], shape)))
+        rules.append(("fixed", _Gathered(allowed, rows=inverse)))
     min_zero = 1 if "zero_shard_group" in fixed else 2
     # a named group of all dp*cp ranks is ZeRO over all of them, as simulate reads it; the search
     # keeps it under the name given unless 0 is named too (then the row of group 0 is that plan)
@@ -771,11 +790,11 @@ def _hsdp_rules(cols: dict, c: SearchConstraints, fixed: Mapping, zero, hs, shap
     for j in range(1, len(axis)):        # a handful of axis values
         repeat[:, j] = (axis_group[:, :j] == axis_group[:, j:j + 1]).any(axis=1)
     valid &= ~repeat[:, np.searchsorted(axis, hs)]
-    rules.append(("hsdp", np.broadcast_to(valid[inverse], shape)))
+    rules.append(("hsdp", _Gathered(valid, rows=inverse)))
     if g:   # every group, the shard group's tp x group consecutive ranks too (check_cluster's rule)
         tiles = groups_tile_node(g, dpc * tp * parts["pp"], tp, parts["cp"], parts["dp"], ep=parts["ep"],
                                  zero_shard_group=group)
-        rules.append(("scaleup", np.broadcast_to(tiles[inverse], shape)))
+        rules.append(("scaleup", _Gathered(tiles, rows=inverse)))
     return rules
 
 
