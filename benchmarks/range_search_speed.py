@@ -504,6 +504,14 @@ Then (2026-12-03, integrator, after merging the above) the default ``max_plans``
 9.2, 9.1, 9.3, 8.7 s wall, 16.0, 16.0, 16.3, 15.6 CPU s, 0.93-0.97 GiB (load 0.8-1.1); the
 session's starting code (e3143a4) measured 15.0 s wall, 26.4 CPU s, 1.21 GiB in the same
 conditions. Both targets are met on a quiet 2-core VM.
+
+Then (2026-12-07, session 67; ``SpaceBase`` bitwise identical on 15 searches, plan tables identical
+on ``tools/plan_snapshot.py``'s five cases): the space's rules over (base rows x combinations) per
+distinct key, one full mask held at a time (21578cc5's etp axis had doubled that grid). Back to back
+with main (bf252907), load 2.8-5.0: gbs4096 one process 13.3, 14.1 -> 9.0, 9.0 CPU s; two processes
+16.3-20.4 -> 12.9-14.6 CPU s, 16.2-24.9 -> 11.1-18.0 s wall, 0.95 -> 0.73-0.76 GiB (workers 0.85);
+gbs15360 67.7 -> 36.7 s wall, 76.3 -> 43.8 CPU s, 4.20 -> 1.43 GiB. < 10 s not confirmed on this
+busy VM; < 2 GiB met.
 """
 from __future__ import annotations
 
