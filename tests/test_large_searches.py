@@ -138,3 +138,29 @@ def test_kept_table_from_the_scoring_outputs_is_the_table_of_scoring_the_kept_ro
     assert len(reused.plans) >= 500 and reused.plans["pipeline_exact"].any()
     assert_frame_equal(reused.plans, rescored.plans, check_exact=True)
     assert reused.fitting == rescored.fitting and reused.evaluated == rescored.evaluated
+
+
+def test_space_rules_per_distinct_combination_key_drop_what_the_full_grid_drops():
+    """The space's last-axes rules are evaluated per row once per distinct value of the
+    combination fields they read (``_by_combination``) and spread only while applied: each
+    rule's pruned count and the kept mask equal the same rules given as full (rows x
+    combinations) grids, and a rule that drops nothing still reports its name with 0."""
+    from planners.search_space import _by_combination, _Counter
+    rng = np.random.default_rng(7)
+    pp, tp = rng.choice([1, 2, 4, 8], 500), rng.choice([1, 2, 8], 500)
+    sp, zero = np.repeat([0, 1], 12), np.tile(np.arange(4), 6)          # 24 combinations, some repeated
+    dense = [("one_stage", (pp[:, None] > 1) | (zero[None, :] == 0)),
+             ("sp_needs_tp", (sp[None, :] == 0) | (tp[:, None] > 1)),
+             ("nothing", np.broadcast_to(np.True_, (500, 24))),
+             ("mixed", (pp[:, None] * (zero[None, :] + 1)) % 3 != 0)]
+    lazy = [("one_stage", _by_combination(500, [zero], lambda i: (pp > 1) | (zero[i] == 0))),
+            ("sp_needs_tp", _by_combination(500, [sp], lambda i: (sp[i] == 0) | (tp > 1))),
+            ("nothing", _by_combination(500, [sp], lambda i: True)),
+            ("mixed", _by_combination(500, [sp, zero], lambda i: (pp * (zero[i] + 1)) % 3 != 0))]
+    full, spread = {}, {}
+    kept_full = _Counter(full).apply2d(dense, (500, 24), 3)
+    kept_spread = _Counter(spread).apply2d(lazy, (500, 24), 3)
+    # by hand: the first rule drops every (pp 1, ZeRO > 0) cell, 3 of each 4 combinations of a pp-1 row
+    assert full["one_stage"] == 3 * int((pp == 1).sum()) * 18
+    assert np.array_equal(kept_full, kept_spread) and list(full.items()) == list(spread.items())
+    assert spread["nothing"] == 0 and spread["mixed"] > 0
