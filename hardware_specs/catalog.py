@@ -57,7 +57,7 @@ from hardware_specs.cluster_spec import (HOST_LINKS, MAX_HOST_MEMORY_BYTES, MAX_
                                          HostSpec, NetworkTier, is_host_link)
 from hardware_specs.efficiency_files import efficiency_from_dict, serving_efficiency_from_dict
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError, check_name, not_a_file, require_plausible, require_positive, suggest
+from hardware_specs.errors import InputError, check_name, not_a_file, require_plausible, suggest
 from hardware_specs.gpu_spec import MAX_HBM_BYTES, MAX_RATE_PER_S, MIN_HBM_BYTES, MIN_RATE_PER_S, GPUSpec
 from hardware_specs.pools import Pool, PooledCluster, PoolLink
 from hardware_specs.release_match import ReleaseMatch, match_release, release_numbers
