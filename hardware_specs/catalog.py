@@ -57,7 +57,7 @@ from hardware_specs.cluster_spec import (HOST_LINKS, MAX_HOST_MEMORY_BYTES, MAX_
                                          HostSpec, NetworkTier, is_host_link)
 from hardware_specs.efficiency_files import efficiency_from_dict, serving_efficiency_from_dict
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError, check_name, not_a_file, require_plausible, suggest
+from hardware_specs.errors import InputError, check_name, not_a_file, require_plausible, shown, suggest
 from hardware_specs.gpu_spec import MAX_HBM_BYTES, MAX_RATE_PER_S, MIN_HBM_BYTES, MIN_RATE_PER_S, GPUSpec
 from hardware_specs.pools import Pool, PooledCluster, PoolLink
 from hardware_specs.release_match import ReleaseMatch, match_release, release_numbers
@@ -145,7 +145,7 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
         # a number, as get_field reads one (bf16: true was float(True) = 1 TFLOP/s), and not
         # quoted text: a peak is written as the datasheet's number
         if isinstance(tflops, bool) or not isinstance(tflops, (int, float)):
-            raise InputError(f"{where}.peak_tflops.{dtype}", f"expected float, got {tflops!r}",
+            raise InputError(f"{where}.peak_tflops.{dtype}", f"expected a number, got {shown(tflops)}",
                              "write the dense peak in TFLOP/s as a number, unquoted")
         value = float(tflops)
         _check_in_file_unit(f"{where}.peak_tflops.{dtype}", value, 1e12, "the dense peak in TFLOP/s, or leave the dtype out")
@@ -371,7 +371,7 @@ def pool_from_dict(data: dict, index: int, base_dir: Path | None = None) -> Pool
         raise InputError(f"pools.{name}.gpus", "missing", "add 'gpus:' (the pool's GPU count)")
     gpus = data["gpus"]
     if isinstance(gpus, bool) or not isinstance(gpus, (int, float)) or gpus != gpus or gpus in (float("inf"), float("-inf")):
-        raise InputError(f"pools.{name}.gpus", f"must be a positive integer, got {gpus!r}")
+        raise InputError(f"pools.{name}.gpus", f"must be a positive integer, got {shown(gpus)}")
     base_where = f"cluster {name}"
     try:
         if data.get("cluster") is not None:
@@ -399,7 +399,7 @@ def _link_from_dict(data: dict, index: int) -> PoolLink:
         raise InputError(f"links[{index}]", "must be a mapping with between, bw_gbit_per_s, latency_us")
     ends = data.get("between")
     if not isinstance(ends, (list, tuple)) or len(ends) != 2:
-        raise InputError(f"links[{index}].between", f"must name two pools, got {ends!r}", "write between: [a, b]")
+        raise InputError(f"links[{index}].between", f"must name two pools, got {shown(ends)}", "write between: [a, b]")
     where = f"links.{ends[0]}-{ends[1]}"
     refuse_unknown_keys(data, LINK_KEYS, where)
     if "bw_gbit_per_s" in data and "bw_gb_per_s" in data:

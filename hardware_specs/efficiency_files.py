@@ -5,7 +5,7 @@ Unknown or mistyped keys raise an ``InputError`` naming the key."""
 from __future__ import annotations
 
 from hardware_specs.efficiency_model import NOT_FILE_KEYS, EfficiencyModel, fittable_factor_names
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, shown
 from hardware_specs.serving_efficiency import ServingEfficiency
 
 
@@ -27,7 +27,7 @@ def efficiency_from_dict(data: dict, where: str = "efficiency", origin: str = ""
         raise InputError(f"{where}.generation", "missing")
     for key in ("generation", "fitted_on"):
         if key in data and (isinstance(data[key], bool) or not isinstance(data[key], (str, int))):
-            raise InputError(f"{where}.{key}", f"expected text, got {data[key]!r}", "quote it")
+            raise InputError(f"{where}.{key}", f"expected text, got {shown(data[key])}", "quote it")
     if not isinstance(data.get("gemm_peak_fraction"), dict):
         raise InputError(f"{where}.gemm_peak_fraction", "must be a mapping dtype: fraction")
     if not isinstance(data.get("collective_bw_fraction", {}), dict):
@@ -36,7 +36,7 @@ def efficiency_from_dict(data: dict, where: str = "efficiency", origin: str = ""
     for group in ("gemm_peak_fraction", "collective_bw_fraction"):
         for key, value in (data.get(group) or {}).items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise InputError(f"{where}.{group}.{key}", f"expected a number, got {value!r}")
+                raise InputError(f"{where}.{group}.{key}", f"expected a number, got {shown(value)}")
     kwargs = dict(data)
     for key, value in list(kwargs.items()):
         if key == "fitted_factors":
@@ -57,7 +57,7 @@ def efficiency_from_dict(data: dict, where: str = "efficiency", origin: str = ""
             # as the serving file's reader: true was float(True) = 1 (kernel_overhead_s: true gave
             # 1 s per kernel, a 13,553 s step) and "0.5" was read as the number 0.5
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise InputError(f"{where}.{key}", f"expected a number, got {value!r}",
+                raise InputError(f"{where}.{key}", f"expected a number, got {shown(value)}",
                                  "write it as a number, unquoted")
             kwargs[key] = float(value)
     return EfficiencyModel(**kwargs, origin=str(origin))
@@ -80,19 +80,19 @@ def serving_efficiency_from_dict(data: dict, where: str = "serving_efficiency", 
     kwargs = dict(data)
     for key, value in kwargs.items():
         if key == "donor" and (isinstance(value, bool) or not isinstance(value, str)):
-            raise InputError(f"{where}.donor", f"expected a generation's name, got {value!r}",
+            raise InputError(f"{where}.donor", f"expected a generation's name, got {shown(value)}",
                              "name the fitted generation whose factors the prior holds, or leave donor out")
         if key in ("generation", "fitted_on", "donor"):
             kwargs[key] = str(value).strip() if key == "donor" else str(value)
         elif key == "prior":
             if not isinstance(value, bool):
-                raise InputError(f"{where}.prior", f"must be true or false, got {value!r}")
+                raise InputError(f"{where}.prior", f"must be true or false, got {shown(value)}")
         elif key == "validation_error_pct":
             if not isinstance(value, dict):
-                raise InputError(f"{where}.{key}", f"expected a mapping, got {value!r}")
+                raise InputError(f"{where}.{key}", f"expected a mapping, got {shown(value)}")
         else:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise InputError(f"{where}.{key}", f"expected a number, got {value!r}")
+                raise InputError(f"{where}.{key}", f"expected a number, got {shown(value)}")
             kwargs[key] = float(value)
     # fitted only with its fit record: prior: false and what it was fitted on (a file without them,
     # a user's hand-written profile, is a prior, as a training file without fitted_factors is)

@@ -150,17 +150,17 @@ def require_positive(field: str, value: float, allow_zero: bool = False) -> None
     try:
         v = as_float(value)
     except (TypeError, ValueError):
-        raise InputError(field, f"expected a number, got {value!r}") from None
+        raise InputError(field, f"expected a number, got {shown(value)}") from None
     huge = isinstance(value, numbers.Integral) and v in (float("inf"), float("-inf"))
     if huge and v > 0:
-        raise InputError(field, f"{shown_number(value)} is above the largest supported value "
+        raise InputError(field, f"{shown(value)} is above the largest supported value "
                          f"{sys.float_info.max:.3g}", "check the number")
     if v != v or (v in (float("inf"), float("-inf")) and not huge):
-        raise InputError(field, f"must be finite, got {value!r}")
+        raise InputError(field, f"must be finite, got {shown(value)}")
     if allow_zero and v < 0:
-        raise InputError(field, f"must be >= 0, got {shown_number(value)}")
+        raise InputError(field, f"must be >= 0, got {shown(value)}")
     if not allow_zero and v <= 0:
-        raise InputError(field, f"must be > 0, got {shown_number(value)}")
+        raise InputError(field, f"must be > 0, got {shown(value)}")
 
 
 def require_plausible(field: str, value: float, low: float = 0.0, high: float = float("inf"),
@@ -169,7 +169,7 @@ def require_plausible(field: str, value: float, low: float = 0.0, high: float = 
     any real hardware, so a value outside them is a typo or a unit slip. Without them a finite
     but absurd input (a link of 1e-300 bytes/s) gives finite but absurd outputs (steps of 1e290 s)."""
     if isinstance(value, numbers.Integral) and value > high:     # 10**400: its bound, not float's
-        raise InputError(field, f"{shown_number(value)} is above the plausible maximum {high:g}",
+        raise InputError(field, f"{shown(value)} is above the plausible maximum {high:g}",
                          "check the number and its unit")
     require_positive(field, value, allow_zero=allow_zero)
     v = as_float(value)
@@ -194,7 +194,7 @@ def whole_number(field: str, value, minimum: int = 1, maximum: int | None = None
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) \
             or not (isinstance(value, numbers.Integral) or math.isfinite(value)) \
             or value != int(value) or value < minimum:
-        raise InputError(field, f"must be a whole number >= {minimum}, got {shown_number(value)}")
+        raise InputError(field, f"must be a whole number >= {minimum}, got {shown(value)}")
     if maximum is not None and value > maximum:
         raise InputError(field, f"{as_given(value)} is above the largest supported value {maximum:,}",
                          "check the number")
@@ -212,8 +212,12 @@ def digits_text(value) -> str | None:
     return f"an integer of {len(str(size)):,} digits" if size < 10**4000 else "an integer of over 4,000 digits"
 
 
-def shown_number(value) -> str:
-    """``value`` as an error message quotes it: ``repr``, or ``digits_text`` for a huge integer."""
+def shown(value) -> str:
+    """``value`` as an error message quotes it, spelled as a user types it in a YAML file or a
+    flag: ``true`` / ``false`` for a boolean (Python's ``repr`` says ``True``, which no input file
+    or flag of paraplan takes), ``digits_text`` for a huge integer, ``repr`` otherwise."""
+    if isinstance(value, (bool, np.bool_)):
+        return "true" if value else "false"
     return digits_text(value) or repr(value)
 
 

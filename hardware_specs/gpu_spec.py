@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-from hardware_specs.errors import InputError, require_plausible, require_positive
+from hardware_specs.errors import InputError, require_plausible, require_positive, shown
 
 #: dtypes a GPU profile may list; a GEMM in dtype X runs at ``peak_flops_per_s[X]``.
 KNOWN_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
@@ -90,7 +90,7 @@ class GPUSpec:
         require_plausible(f"{where}.scaleup_bw_bytes_per_s", self.scaleup_bw_bytes_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
         require_positive(f"{where}.scaleup_domain_size", self.scaleup_domain_size)
         if int(self.scaleup_domain_size) != self.scaleup_domain_size:
-            raise InputError(f"{where}.scaleup_domain_size", f"must be a whole number, got {self.scaleup_domain_size!r}")
+            raise InputError(f"{where}.scaleup_domain_size", f"must be a whole number, got {shown(self.scaleup_domain_size)}")
         if self.scaleup_domain_size > MAX_CLUSTER_GPUS:
             size = self.scaleup_domain_size     # 1e30 read as an int would print 31 digits
             raise InputError(f"{where}.scaleup_domain_size", f"{f'{int(size):,}' if size < 1e15 else f'{float(size):g}'} is above "
@@ -101,16 +101,16 @@ class GPUSpec:
         if self.sm_count is not None:
             require_plausible(f"{where}.sm_count", self.sm_count, 1, MAX_SM_COUNT)
             if int(self.sm_count) != self.sm_count:
-                raise InputError(f"{where}.sm_count", f"must be a whole number, got {self.sm_count!r}")
+                raise InputError(f"{where}.sm_count", f"must be a whole number, got {shown(self.sm_count)}")
             object.__setattr__(self, "sm_count", int(self.sm_count))
         require_positive(f"{where}.sync_mma_peak_fraction", self.sync_mma_peak_fraction)
         if self.sync_mma_peak_fraction > 1.0:
-            raise InputError(f"{where}.sync_mma_peak_fraction", f"must be at most 1, got {self.sync_mma_peak_fraction!r}",
+            raise InputError(f"{where}.sync_mma_peak_fraction", f"must be at most 1, got {shown(self.sync_mma_peak_fraction)}",
                              "it is a share of the dense tensor peak")
         require_positive(f"{where}.sustained_tensor_fraction", self.sustained_tensor_fraction)
         if self.sustained_tensor_fraction > 1.0:
             raise InputError(f"{where}.sustained_tensor_fraction",
-                             f"must be at most 1, got {self.sustained_tensor_fraction!r}",
+                             f"must be at most 1, got {shown(self.sustained_tensor_fraction)}",
                              "it is a share of the datasheet's rates; raise peak_tflops instead")
         # a fraction times the slowest peak is a rate too: bounded as a peak stated directly
         # is (1e-30 gave 4.6e29 s steps while bf16: 1e-15 was refused)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from hardware_specs.cluster_spec import MAX_CLUSTER_GPUS, MAX_LATENCY_S, ClusterSpec, NetworkTier
 from hardware_specs.gpu_spec import MAX_RATE_PER_S, MIN_RATE_PER_S
-from hardware_specs.errors import InputError, as_float, require_plausible, suggest
+from hardware_specs.errors import InputError, as_float, require_plausible, shown, suggest
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
@@ -43,16 +43,16 @@ class Pool:
         if not isinstance(self.cluster, ClusterSpec):
             # a name such as "dgx-a100-80gb" failed below as AttributeError ('str' has no max_gpus);
             # the catalog imports this module, so the pool does not load names itself
-            raise InputError(f"pools.{self.name}.cluster", f"must be a loaded ClusterSpec, got {self.cluster!r}",
+            raise InputError(f"pools.{self.name}.cluster", f"must be a loaded ClusterSpec, got {shown(self.cluster)}",
                              "pass hardware_specs.catalog.load_cluster(name)")
         where = f"pools.{self.name}.gpus"
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int):
             try:
                 as_int = int(self.gpus)
             except (TypeError, ValueError, OverflowError):
-                raise InputError(where, f"must be a positive integer, got {self.gpus!r}") from None
+                raise InputError(where, f"must be a positive integer, got {shown(self.gpus)}") from None
             if as_int != self.gpus:
-                raise InputError(where, f"must be a positive integer, got {self.gpus!r}")
+                raise InputError(where, f"must be a positive integer, got {shown(self.gpus)}")
             object.__setattr__(self, "gpus", as_int)
         if self.gpus < 1:
             raise InputError(where, f"must be >= 1, got {self.gpus}", "give the pool's GPU count")

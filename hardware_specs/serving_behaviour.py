@@ -16,7 +16,7 @@ from typing import Mapping
 
 import numpy as np
 
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, shown
 
 #: the weight formats a stack may name (``cost_models.weight_formats.WEIGHT_FORMATS``, which this
 #: data layer cannot import; a test holds the two equal)
@@ -99,7 +99,7 @@ def _name_list(names, where: str, what: str, fix: str) -> tuple:
     """``names`` (a list of non-empty strings) checked, stripped and lower-cased, as a tuple."""
     if isinstance(names, str) or not isinstance(names, (list, tuple)) or \
             not all(isinstance(n, str) and n.strip() for n in names):
-        raise InputError(where, f"must be a list of {what}, got {names!r}", fix)
+        raise InputError(where, f"must be a list of {what}, got {shown(names)}", fix)
     return tuple(n.strip().lower() for n in names)
 
 
@@ -310,14 +310,14 @@ class ServingBehaviour:
         formats = self.native_only_formats
         if isinstance(formats, str) or not isinstance(formats, (list, tuple)) or \
                 not all(isinstance(f, str) and f.strip().lower() in STACK_WEIGHT_FORMATS for f in formats):
-            raise InputError(f"{where}.native_only_formats", f"must be a list of weight formats, got {formats!r}",
+            raise InputError(f"{where}.native_only_formats", f"must be a list of weight formats, got {shown(formats)}",
                              "choose from " + ", ".join(STACK_WEIGHT_FORMATS) + "; an empty list means none")
         object.__setattr__(self, "native_only_formats", tuple(f.strip().lower() for f in formats))
         quant = self.activation_quant_inputs
         fix = ("a mapping of weight format (" + ", ".join(ACTIVATION_QUANT_FORMATS) + ") -> list of "
                + ", ".join(ACTIVATION_QUANT_INPUTS) + ", e.g. {nvfp4: [qkv, gate_up, down]}")
         if not isinstance(quant, Mapping):
-            raise InputError(f"{where}.activation_quant_inputs", f"must be a mapping, got {quant!r}", fix)
+            raise InputError(f"{where}.activation_quant_inputs", f"must be a mapping, got {shown(quant)}", fix)
         checked = {}
         for fmt, inputs in quant.items():
             key = str(fmt).strip().lower()
@@ -383,16 +383,16 @@ class ServingBehaviour:
             if name == "max_running_requests" and isinstance(value, Mapping):
                 continue            # checked entry by entry above
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InputError(f"{where}.{name}", f"must be a whole number >= 0, got {value!r}")
+                raise InputError(f"{where}.{name}", f"must be a whole number >= 0, got {shown(value)}")
         if isinstance(self.kv_block_tokens, bool) or not isinstance(self.kv_block_tokens, int) or \
                 not 1 <= self.kv_block_tokens <= MAX_KV_BLOCK_TOKENS:
             raise InputError(f"{where}.kv_block_tokens", f"must be a whole number of tokens in [1, {MAX_KV_BLOCK_TOKENS}], "
-                             f"got {self.kv_block_tokens!r}", "e.g. 16 (vLLM's default block size)")
+                             f"got {shown(self.kv_block_tokens)}", "e.g. 16 (vLLM's default block size)")
         for name, least in (("recv_interval_steps", 1), ("context_wait_steps", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_HOLD_STEPS:
                 raise InputError(f"{where}.{name}", f"must be a whole number of steps in [{least}, {MAX_HOLD_STEPS}], "
-                                 f"got {value!r}")
+                                 f"got {shown(value)}")
         # upper bounds far past any engine (vLLM's host step is ~1 ms, a launch ~5 us, reserves a
         # few GiB): a larger value is a typo that would print TTFTs of 1e300 s
         for name, most in (("host_step_s", MAX_HOST_S), ("host_launch_s", MAX_HOST_S),
@@ -400,9 +400,9 @@ class ServingBehaviour:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
                     and 0 <= value <= most):
-                raise InputError(f"{where}.{name}", f"must be a finite number in [0, {most:g}], got {value!r}")
+                raise InputError(f"{where}.{name}", f"must be a finite number in [0, {most:g}], got {shown(value)}")
         if not (0.0 < self.gpu_memory_fraction <= 1.0):
-            raise InputError(f"{where}.gpu_memory_fraction", f"must be in (0, 1], got {self.gpu_memory_fraction!r}")
+            raise InputError(f"{where}.gpu_memory_fraction", f"must be in (0, 1], got {shown(self.gpu_memory_fraction)}")
 
     def _tier(self, table: Mapping[float, int], hbm_bytes: float, gpu_name: str) -> int:
         """The value of ``table`` (HBM GiB threshold -> value) for a GPU: the largest threshold

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Mapping
 
 from hardware_specs.efficiency_model import MAX_PER_KERNEL_S, MIN_FRACTION
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, shown
 
 #: the factors the fitter moves, with the (low, high) range it searches: fractions anywhere up
 #: to the datasheet peak; a fitted value at a bound means the physics is missing something, so
@@ -127,7 +127,7 @@ class ServingEfficiency:
         errs = self.validation_error_pct
         if isinstance(errs, Mapping):
             if not all(isinstance(r, Mapping) and set(r) == {"rows", "ttft", "tpot"} for r in errs.values()):
-                raise InputError(f"{where}.validation_error_pct", f"expected {{key: {{rows, ttft, tpot}}}}, got {errs!r}")
+                raise InputError(f"{where}.validation_error_pct", f"expected {{key: {{rows, ttft, tpot}}}}, got {shown(errs)}")
             errs = tuple((k, r["rows"], r["ttft"], r["tpot"]) for k, r in errs.items())
         if not isinstance(errs, (tuple, list)):
             raise InputError(f"{where}.validation_error_pct", f"expected a mapping, got {type(errs).__name__}")
@@ -135,25 +135,25 @@ class ServingEfficiency:
             if not (isinstance(rec, (tuple, list)) and len(rec) == 4 and isinstance(rec[0], str)
                     and all(not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v <= 1e6
                             for v in rec[1:])):
-                raise InputError(f"{where}.validation_error_pct", f"expected (key, rows, ttft, tpot) numbers, got {rec!r}")
+                raise InputError(f"{where}.validation_error_pct", f"expected (key, rows, ttft, tpot) numbers, got {shown(rec)}")
         object.__setattr__(self, "validation_error_pct",
                            tuple((str(k), float(n), float(t), float(p)) for k, n, t, p in errs))
         for name in ("decode_hbm_fraction", "gemm_peak_fraction", "attention_peak_fraction", "link_bw_fraction"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (MIN_FRACTION <= value <= 1.0):
-                raise InputError(f"{where}.{name}", f"is a fraction in [{MIN_FRACTION:g}, 1], got {value!r}")
+                raise InputError(f"{where}.{name}", f"is a fraction in [{MIN_FRACTION:g}, 1], got {shown(value)}")
         for name in ("arrival_sync_chunked", "arrival_sync_whole", "arrival_sync_alone"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.0 <= value < 1000.0):
-                raise InputError(f"{where}.{name}", f"must be a number in [0, 1000), got {value!r}")
+                raise InputError(f"{where}.{name}", f"must be a number in [0, 1000), got {shown(value)}")
         v = self.fitted_isl_max_tokens
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1e8:
-            raise InputError(f"{where}.fitted_isl_max_tokens", f"must be a number of tokens in [0, 1e8], got {v!r}")
+            raise InputError(f"{where}.fitted_isl_max_tokens", f"must be a number of tokens in [0, 1e8], got {shown(v)}")
         for name, most in (("kernel_fixed_s", MAX_PER_KERNEL_S), ("expert_fixed_s", MAX_PER_KERNEL_S),
                            ("request_host_s", MAX_REQUEST_HOST_S)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or v > most:
-                raise InputError(f"{where}.{name}", f"must be a finite number of seconds in [0, {most:g}], got {v!r}")
+                raise InputError(f"{where}.{name}", f"must be a finite number of seconds in [0, {most:g}], got {shown(v)}")
 
     def validation_error(self, framework: str, mode: str) -> Mapping[str, float] | None:
         """``validation_error_pct`` of ``framework`` (vllm, sglang, trtllm) in ``mode`` (agg,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hardware_specs.errors import InputError, check_name
+from hardware_specs.errors import InputError, check_name, shown
 from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.stack_spec import RecipeOverride, StackSpec, TrainingBehaviour, behaviour_error, feature_names
 from hardware_specs.yaml_files import get_field, refuse_unknown_keys
@@ -44,7 +44,7 @@ def _number(value: Any, field: str) -> float:
     except InputError:
         number = math.nan
     if not math.isfinite(number):
-        raise InputError(field, f"expected a number, got {value!r}", "write a finite number, e.g. 0.001 or 1e-3")
+        raise InputError(field, f"expected a number, got {shown(value)}", "write a finite number, e.g. 0.001 or 1e-3")
     return number
 
 
@@ -60,22 +60,22 @@ def _training_from_dict(values: dict, where: str) -> TrainingBehaviour:
         kind = type(defaults[key])
         if kind is bool:
             if not isinstance(value, bool):
-                raise InputError(f"{where}.{key}", f"must be true or false, got {value!r}")
+                raise InputError(f"{where}.{key}", f"must be true or false, got {shown(value)}")
         elif kind is int:
             if isinstance(value, bool) or not isinstance(value, int):
-                raise InputError(f"{where}.{key}", f"expected a whole number, got {value!r}")
+                raise InputError(f"{where}.{key}", f"expected a whole number, got {shown(value)}")
         elif kind is float:
             value = _number(value, f"{where}.{key}")
         elif kind is tuple:
             if key == "context_parallel_kinds" and (value is None or value == []):
                 # not "'allgather' is not among the flavours the release runs ()" on the other key
-                raise InputError(f"{where}.{key}", f"lists no flavour (got {value!r})",
+                raise InputError(f"{where}.{key}", f"lists no flavour (got {shown(value)})",
                                  "list the flavours the release runs; a release without context parallelism "
                                  "says lacks: [context_parallel]")
             if value is None:
                 value = []
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise InputError(f"{where}.{key}", f"expected a list of names, got {value!r}")
+                raise InputError(f"{where}.{key}", f"expected a list of names, got {shown(value)}")
             value = feature_names(value, f"{where}.{key}") if key == "lacks" else tuple(value)
         else:
             value = str(value)
@@ -97,14 +97,14 @@ def _serving_from_dict(values: dict, where: str) -> ServingBehaviour:
         default = getattr(defaults, key)
         if isinstance(default, bool):
             if not isinstance(value, bool):
-                raise InputError(f"{where}.{key}", f"must be true or false, got {value!r}")
+                raise InputError(f"{where}.{key}", f"must be true or false, got {shown(value)}")
         elif key == "max_running_requests":
             if isinstance(value, bool) or not isinstance(value, (int, dict)):
                 raise InputError(f"{where}.{key}", "must be requests or a mapping of HBM GiB -> requests",
                                  "e.g. 1024, or {0: 256, 70: 1024}")
         elif isinstance(default, int):
             if isinstance(value, bool) or not isinstance(value, int):
-                raise InputError(f"{where}.{key}", f"expected a whole number, got {value!r}")
+                raise InputError(f"{where}.{key}", f"expected a whole number, got {shown(value)}")
         elif isinstance(default, float):
             value = _number(value, f"{where}.{key}")
         elif isinstance(default, str):
@@ -155,7 +155,7 @@ def stack_from_dict(data: dict, where: str = "stack") -> StackSpec:
         check_name(f"{where}.versions", v)
     unstated = data.get("default_when_version_unstated", False)
     if not isinstance(unstated, bool):
-        raise InputError(f"{where}.default_when_version_unstated", f"must be true or false, got {unstated!r}")
+        raise InputError(f"{where}.default_when_version_unstated", f"must be true or false, got {shown(unstated)}")
     if unstated and not str(data.get("unstated_version_reason") or "").strip():
         raise InputError(f"{where}.unstated_version_reason", "missing",
                          "say why runs without a stated version are this stack")

@@ -21,7 +21,7 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from hardware_specs.errors import InputError, require_positive
+from hardware_specs.errors import InputError, require_positive, shown
 from hardware_specs.serving_behaviour import ServingBehaviour
 
 #: attention kernels a training stack may run (``ParallelConfig.attention_kernel`` and
@@ -126,10 +126,10 @@ def feature_names(names, field: str) -> tuple[str, ...]:
     try:
         names = tuple(names)
     except TypeError:
-        raise InputError(field, f"must be a list of feature names, got {names!r}") from None
+        raise InputError(field, f"must be a list of feature names, got {shown(names)}") from None
     for n in names:
         if not isinstance(n, str):
-            raise InputError(field, f"each entry must be a feature name (text), got {n!r}",
+            raise InputError(field, f"each entry must be a feature name (text), got {shown(n)}",
                              "choose from " + ", ".join(STACK_FEATURES))
         if n not in STACK_FEATURES:
             raise InputError(field, f"unknown feature {n!r}", "choose from " + ", ".join(STACK_FEATURES))
@@ -154,7 +154,7 @@ def check_grouped_gemm_streams(field: str, value) -> int:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
             or not 1 <= value <= MAX_GROUPED_GEMM_STREAMS:
-        raise InputError(field, f"must be an integer from 1 to {MAX_GROUPED_GEMM_STREAMS}, got {value!r}",
+        raise InputError(field, f"must be an integer from 1 to {MAX_GROUPED_GEMM_STREAMS}, got {shown(value)}",
                          "Transformer Engine runs 4 compute streams; 1 = one GEMM after another")
     return int(value)
 
@@ -563,7 +563,7 @@ class TrainingBehaviour:
                              "add it to training.context_parallel_kinds or choose one of them")
         for name in ("grad_reduce_bytes", "offload_weight_bytes"):
             if getattr(self, name) not in (2.0, 4.0):
-                raise InputError(f"training.{name}", f"must be 2 or 4, got {getattr(self, name)!r}")
+                raise InputError(f"training.{name}", f"must be 2 or 4, got {shown(getattr(self, name))}")
         if self.fp8_recipe not in FP8_RECIPES:
             raise InputError("training.fp8_recipe", f"unknown recipe {self.fp8_recipe!r}",
                              "choose one of " + ", ".join(FP8_RECIPES))
@@ -574,11 +574,11 @@ class TrainingBehaviour:
             value = getattr(self, name)
             require_positive(f"training.{name}", value, allow_zero=True)
             if value > MAX_PREFETCH_LAYERS:
-                raise InputError(f"training.{name}", f"must be <= {MAX_PREFETCH_LAYERS}, got {value!r}",
+                raise InputError(f"training.{name}", f"must be <= {MAX_PREFETCH_LAYERS}, got {shown(value)}",
                                  "frameworks prefetch one or two layers ahead")
         check_grouped_gemm_streams("training.grouped_gemm_streams", self.grouped_gemm_streams)
         if self.default_zero_stage not in (0, 1, 2, 3):
-            raise InputError("training.default_zero_stage", f"must be 0, 1, 2 or 3, got {self.default_zero_stage!r}")
+            raise InputError("training.default_zero_stage", f"must be 0, 1, 2 or 3, got {shown(self.default_zero_stage)}")
 
 
 def behaviour_error(error: InputError, where: str) -> InputError:

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from hardware_specs.errors import InputError, check_spec_size, suggest
+from hardware_specs.errors import InputError, check_spec_size, shown, suggest
 
 #: most values a catalog file may hold once its aliases are expanded (the largest built-in file
 #: has about a hundred): a few anchors can otherwise stand for billions of values ("billion
@@ -203,7 +203,11 @@ def get_field(data: dict, key: str, where: str, kind=float, default: Any = ...) 
             raise ValueError                   # text (a bare number reads as its digits)
         return kind(value)
     except (TypeError, ValueError, OverflowError):
-        raise InputError(f"{where}.{key}", f"expected {kind.__name__}, got {value!r}") from None
+        raise InputError(f"{where}.{key}", f"expected {_KIND_WORDS.get(kind, kind.__name__)}, got {shown(value)}") from None
+
+
+#: a field's kind as its error says it: in the words of a YAML file, not Python's type names
+_KIND_WORDS = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}
 
 
 def optional_tera(data: dict, key: str, where: str) -> float | None:

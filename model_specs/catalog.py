@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from hardware_specs.yaml_files import exists, is_file, read_yaml
-from hardware_specs.errors import InputError, check_name, not_a_file, safe_name, suggest
+from hardware_specs.errors import InputError, check_name, not_a_file, safe_name, shown, suggest
 from model_specs.hf_config import is_hf_config, model_from_hf_config, read_json, supported_model_types
 from model_specs.model_spec import LinearAttentionSpec, MambaSpec, MLASpec, ModelSpec, MoESpec
 
@@ -187,14 +187,14 @@ def _aliases(value: Any, where: str) -> tuple[str, ...]:
         return ()
     if isinstance(value, str) or not isinstance(value, (list, tuple)) \
             or not all(isinstance(a, str) and a.strip() for a in value):
-        raise InputError(f"{where}.{_ALIAS_KEY}", f"expected a list of names, got {value!r}",
+        raise InputError(f"{where}.{_ALIAS_KEY}", f"expected a list of names, got {shown(value)}",
                          'write aliases: ["other-name"]')
     return tuple(a.strip() for a in value)
 
 
 def _int(value: Any, field: str) -> int:
     if isinstance(value, bool):
-        raise InputError(field, f"expected an integer, got {value!r}")
+        raise InputError(field, f"expected an integer, got {shown(value)}")
     if isinstance(value, int):
         return value
     if isinstance(value, float) and value.is_integer():
@@ -204,21 +204,21 @@ def _int(value: Any, field: str) -> int:
             return int(value.replace("_", ""))
         except ValueError:
             pass
-    raise InputError(field, f"expected an integer, got {value!r}")
+    raise InputError(field, f"expected an integer, got {shown(value)}")
 
 
 def _float(value: Any, field: str) -> float:
     if isinstance(value, bool):
-        raise InputError(field, f"expected a number, got {value!r}")
+        raise InputError(field, f"expected a number, got {shown(value)}")
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise InputError(field, f"expected a number, got {value!r}") from None
+        raise InputError(field, f"expected a number, got {shown(value)}") from None
 
 
 def _bool(value: Any, field: str) -> bool:
     if not isinstance(value, bool):
-        raise InputError(field, f"expected true or false, got {value!r}")
+        raise InputError(field, f"expected true or false, got {shown(value)}")
     return value
 
 
@@ -304,7 +304,7 @@ def model_from_dict(data: dict[str, Any], where: str = "model", default_name: st
     if name is None:
         raise InputError(f"{where}.name", "missing", "add 'name:' to the file")
     if isinstance(name, bool) or not isinstance(name, (str, int)) or not str(name).strip():
-        raise InputError(f"{where}.name", f"expected text, got {name!r}", "quote it")
+        raise InputError(f"{where}.name", f"expected text, got {shown(name)}", "quote it")
     check_name(f"{where}.name", str(name))
     where = f"model {name}"
     _require(data, _REQUIRED, where)
@@ -321,7 +321,7 @@ def model_from_dict(data: dict[str, Any], where: str = "model", default_name: st
             kwargs[key] = _float(value, field)
         elif key in _STR_FIELDS:
             if isinstance(value, bool) or not isinstance(value, (str, int)):
-                raise InputError(field, f"expected text, got {value!r}", "quote it")
+                raise InputError(field, f"expected text, got {shown(value)}", "quote it")
             kwargs[key] = str(value).strip()
         elif key == "moe":
             kwargs[key] = _moe_from_dict(value, field)

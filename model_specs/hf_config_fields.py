@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from hardware_specs.errors import InputError, check_spec_size, json_int, unique_keys
+from hardware_specs.errors import InputError, check_spec_size, json_int, shown, unique_keys
 
 # usually reached by a short extension phase, not the bulk of training.
 MAX_DEFAULT_SEQ_LEN = 8192
@@ -74,7 +74,7 @@ class ConfigReader:
             if value is None:
                 continue
             if isinstance(value, bool):
-                raise InputError(f"{self.where}.{key}", f"expected an integer, got {value!r}")
+                raise InputError(f"{self.where}.{key}", f"expected an integer, got {shown(value)}")
             if isinstance(value, float) and value.is_integer():
                 value = int(value)
             if isinstance(value, int):
@@ -82,7 +82,7 @@ class ConfigReader:
                     raise InputError(f"{self.where}.{key}", f"{value:,} is above the largest supported value "
                                      f"{MAX_INT:,}", "check the number")
                 return value
-            raise InputError(f"{self.where}.{key}", f"expected an integer, got {value!r}")
+            raise InputError(f"{self.where}.{key}", f"expected an integer, got {shown(value)}")
         if default is _MISSING:
             raise InputError(f"{self.where}.{keys[0]}", "missing", f"add '{keys[0]}' to the config")
         return default
@@ -93,7 +93,7 @@ class ConfigReader:
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise InputError(f"{self.where}.{key}", f"expected a finite number, got {value!r}")
+            raise InputError(f"{self.where}.{key}", f"expected a finite number, got {shown(value)}")
         return float(value)
 
     def get_bool(self, key: str, default: bool) -> bool:
@@ -101,7 +101,7 @@ class ConfigReader:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise InputError(f"{self.where}.{key}", f"expected true or false, got {value!r}")
+            raise InputError(f"{self.where}.{key}", f"expected true or false, got {shown(value)}")
         return value
 
     def get_int_list(self, key: str) -> list[int]:
@@ -110,7 +110,7 @@ class ConfigReader:
             return []
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool)
                                                    for v in value):
-            raise InputError(f"{self.where}.{key}", f"expected a list of layer indices, got {value!r}")
+            raise InputError(f"{self.where}.{key}", f"expected a list of layer indices, got {shown(value)}")
         return value
 
 
@@ -142,7 +142,7 @@ def dropout_fields(data: dict, family: str, where: str = "model") -> dict:
         for k in keys:      # a probability written as text ("0.1") was dropped, leaving dropout off
             v = source.get(k)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0):
-                raise InputError(f"{at}.{k}", f"expected a probability from 0 to 1, got {v!r}",
+                raise InputError(f"{at}.{k}", f"expected a probability from 0 to 1, got {shown(v)}",
                                  "write the checkpoint's number")
         values = [source[k] for k in keys if source.get(k) is not None]
         return None if not values else any(v > 0 for v in values)
@@ -171,7 +171,7 @@ def rope_fields(cfg: ConfigReader) -> dict[str, Any]:
         key = "rope_type" if rope.has("rope_type") else "type"
         kind = rope.data.get(key)
         if kind is not None and not isinstance(kind, str):
-            raise InputError(f"{rope.where}.{key}", f"expected text (linear, dynamic, yarn, llama3, ...), got {kind!r}",
+            raise InputError(f"{rope.where}.{key}", f"expected text (linear, dynamic, yarn, llama3, ...), got {shown(kind)}",
                              "write the checkpoint's rope_type")
         if kind and kind != "default":
             out["rope_scaling"] = kind
@@ -203,7 +203,7 @@ def _rope_scaling(cfg: ConfigReader) -> ConfigReader | None:
     if rope is None:
         return None
     if not isinstance(rope, dict):
-        raise InputError(f"{cfg.where}.{key}", f"expected a mapping (rope_type, factor, ...) or null, got {rope!r}",
+        raise InputError(f"{cfg.where}.{key}", f"expected a mapping (rope_type, factor, ...) or null, got {shown(rope)}",
                          f"write the checkpoint's {key}")
     nested = sorted(k for k, v in rope.items() if isinstance(v, dict))
     if nested:
@@ -339,6 +339,6 @@ def fraction_field(cfg: ConfigReader, key: str, default: float = 1.0) -> float:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
-        raise InputError(f"{cfg.where}.{key}", f"expected a fraction in (0, 1], got {value!r}")
+        raise InputError(f"{cfg.where}.{key}", f"expected a fraction in (0, 1], got {shown(value)}")
     return float(value)
 

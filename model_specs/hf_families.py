@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable
 
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, shown
 from model_specs.hf_config_fields import (ConfigReader, attention_head_fields, dense_ffn_width, fraction_field,
                                           moe_layer_layout, rotary_fraction_field, sliding_window_fields,
                                           training_seq_len)
@@ -416,7 +416,7 @@ def _mpt_section(cfg: ConfigReader, key: str) -> ConfigReader:
     """``attn_config`` / ``ffn_config`` as a reader (empty when absent)."""
     value = cfg.data.get(key)
     if value is not None and not isinstance(value, dict):
-        raise InputError(f"{cfg.where}.{key}", f"expected a mapping, got {str(value)[:40]!r}", f"write the checkpoint's {key}")
+        raise InputError(f"{cfg.where}.{key}", f"expected a mapping, got {shown(str(value)[:40])}", f"write the checkpoint's {key}")
     return ConfigReader(value or {}, f"{cfg.where}.{key}")
 
 

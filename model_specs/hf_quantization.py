@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, shown
 
 MODELOPT_ALGOS = {"FP8": "fp8", "NVFP4": "nvfp4", "FP8_PB_WO": "fp8_block", "FP8_PER_CHANNEL_PER_TOKEN": "fp8",
                   "W4A16_AWQ": "int4_wo"}
@@ -53,7 +53,7 @@ def _compressed_tensors_format(quant: dict, where: str = "quantization_config") 
     for w in weights:
         b = w.get("num_bits")
         if b is not None and (isinstance(b, bool) or not isinstance(b, int)):
-            raise InputError(f"{where}.config_groups.weights.num_bits", f"expected a whole number, got {b!r}",
+            raise InputError(f"{where}.config_groups.weights.num_bits", f"expected a whole number, got {shown(b)}",
                              "write num_bits as the checkpoint's config.json has it (e.g. 8)")
         bits.add(b)
     strategy = {str(w.get("strategy") or "").lower() for w in weights}
@@ -104,7 +104,7 @@ def checkpoint_formats(quant, moe: bool, where: str) -> dict[str, str | int]:
         raise _unsupported(where, f"missing; the block states {stated} (an MLX or older bitsandbytes "
                                   "checkpoint?), whose weight format is not read")
     if not isinstance(method, str) or not method.strip():
-        raise InputError(f"{where}.quant_method", f"expected text, got {method!r}",
+        raise InputError(f"{where}.quant_method", f"expected text, got {shown(method)}",
                          "name the method (e.g. fp8, modelopt, compressed-tensors), or remove quantization_config")
     method = method.strip().lower()
     fmt = ""
@@ -112,7 +112,7 @@ def checkpoint_formats(quant, moe: bool, where: str) -> dict[str, str | int]:
         block = quant.get("weight_block_size")
         if block is not None and not (isinstance(block, list) and len(block) == 2
                                       and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
-            raise InputError(f"{where}.weight_block_size", f"expected two positive whole numbers, got {block!r}",
+            raise InputError(f"{where}.weight_block_size", f"expected two positive whole numbers, got {shown(block)}",
                              "write the block as the checkpoint's config.json has it (e.g. [128, 128]), or remove it")
         fmt = "fp8_block" if block else "fp8"
     elif method == "mxfp4":
@@ -152,7 +152,7 @@ def checkpoint_formats(quant, moe: bool, where: str) -> dict[str, str | int]:
             if isinstance(value, list):
                 ignored += [str(v).lower() for v in value]
             elif value is not None:         # a string read as a list would drop its modules unseen
-                raise InputError(f"{where}.{key}", f"expected a list of module names, got {str(value)[:40]!r}",
+                raise InputError(f"{where}.{key}", f"expected a list of module names, got {shown(str(value)[:40])}",
                                  f"write {key} as a list, e.g. [\"lm_head\"]")
     attention_kept = any(name in item for item in _language_model_entries(ignored) for name in _ATTENTION_NAMES)
     group = _int4_group_size(quant, where) if fmt == "int4_wo" else {}
@@ -179,7 +179,7 @@ def _int4_group_size(quant: dict, where: str) -> dict[str, int]:
     values = {v for _, v in sizes}
     for key, value in sizes:
         if isinstance(value, bool) or not isinstance(value, int) or not (value == -1 or 1 <= value <= 1 << 20):
-            raise InputError(f"{where}.{key}", f"expected a whole number of weights per scale, got {value!r}",
+            raise InputError(f"{where}.{key}", f"expected a whole number of weights per scale, got {shown(value)}",
                              "write the checkpoint's group_size (e.g. 128)")
     if len(values) != 1 or -1 in values:
         return {}

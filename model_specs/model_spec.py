@@ -5,7 +5,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, shown
 
 #: largest value of each size (a larger one is a typo): well above every published model (2025:
 #: 128 layers, width 18432 / 25600 FFN in Grok-1 class models, 256k vocabularies, 1M-token
@@ -32,7 +32,7 @@ def check_size(field: str, value, minimum: int = 1, size: str | None = None) -> 
     of ``field``), else ``InputError`` naming ``field``."""
     name = size or field.rsplit(".", 1)[-1]
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(field, f"must be an integer >= {minimum}, got {value!r}")
+        raise InputError(field, f"must be an integer >= {minimum}, got {shown(value)}")
     if value < minimum:
         raise InputError(field, f"must be >= {minimum}, got {value}")
     limit = SIZE_LIMITS.get(name)
@@ -143,18 +143,18 @@ class MoESpec:
         cf = self.capacity_factor
         if isinstance(cf, bool) or not isinstance(cf, (int, float)) or not 0 <= cf <= self.num_experts:
             raise InputError("moe.capacity_factor", f"must be between 0 (dropless) and num_experts "
-                             f"{self.num_experts}, got {cf!r}")
+                             f"{self.num_experts}, got {shown(cf)}")
         if not isinstance(self.expert_bias, bool):
-            raise InputError("moe.expert_bias", f"must be true or false, got {self.expert_bias!r}")
+            raise InputError("moe.expert_bias", f"must be true or false, got {shown(self.expert_bias)}")
         if not isinstance(self.probs_on_input, bool):
-            raise InputError("moe.probs_on_input", f"must be true or false, got {self.probs_on_input!r}")
+            raise InputError("moe.probs_on_input", f"must be true or false, got {shown(self.probs_on_input)}")
         if not isinstance(self.shared_expert_gate, bool):
-            raise InputError("moe.shared_expert_gate", f"must be true or false, got {self.shared_expert_gate!r}")
+            raise InputError("moe.shared_expert_gate", f"must be true or false, got {shown(self.shared_expert_gate)}")
         if self.shared_expert_gate and not self.num_shared_experts:
             raise InputError("moe.shared_expert_gate", "gates the shared experts' output, and num_shared_experts is 0",
                              "set num_shared_experts, or shared_expert_gate: false")
         if not isinstance(self.topk_renormalized, bool):
-            raise InputError("moe.topk_renormalized", f"must be true or false, got {self.topk_renormalized!r}",
+            raise InputError("moe.topk_renormalized", f"must be true or false, got {shown(self.topk_renormalized)}",
                              "write the checkpoint's config.json norm_topk_prob")
         if self.expert_bias and self.router_score != "sigmoid":
             # Megatron-LM TransformerConfig.__post_init__: the bias is for sigmoid-type scores only
@@ -162,7 +162,7 @@ class MoESpec:
                              f"got {self.router_score}", "set router_score: sigmoid or expert_bias: false")
         sf = self.topk_scaling_factor
         if isinstance(sf, bool) or not isinstance(sf, (int, float)) or not (np.isfinite(sf) and 0 < sf <= 1e6):
-            raise InputError("moe.topk_scaling_factor", f"must be a finite number > 0, got {sf!r}")
+            raise InputError("moe.topk_scaling_factor", f"must be a finite number > 0, got {shown(sf)}")
         check_size("moe.num_groups", self.num_groups)
         check_size("moe.group_topk", self.group_topk, size="num_groups")
         if self.num_experts % self.num_groups:
@@ -220,7 +220,7 @@ class LinearAttentionSpec:
         lf = self.layer_fraction
         if isinstance(lf, bool) or not isinstance(lf, (int, float)) or not 0.0 < lf < 1.0:     # false for nan too
             raise InputError("linear_attention.layer_fraction", f"must be in (0, 1): some layers stay full attention, "
-                             f"got {lf!r}")
+                             f"got {shown(lf)}")
         # integers within the sizes a model may have, as MambaSpec checks its own (1.5 heads, or
         # 2**40, passed and broke the cost model later)
         for name, size in (("num_key_heads", "num_heads"), ("key_head_dim", "head_dim"), ("num_value_heads", "num_heads"),
@@ -230,7 +230,7 @@ class LinearAttentionSpec:
         # NaN passed "<= 0" and crashed the serving memory model as an internal error
         if isinstance(sb, bool) or not isinstance(sb, (int, float)) or not 0.0 < sb <= 8.0:
             raise InputError("linear_attention.state_bytes", f"must be a number of bytes per state element in (0, 8] "
-                             f"(4: an fp32 state), got {sb!r}", "write 4 for float32, 2 for bfloat16")
+                             f"(4: an fp32 state), got {shown(sb)}", "write 4 for float32, 2 for bfloat16")
 
 
 #: layer symbols of Megatron-Core's hybrid layer pattern (``--hybrid-override-pattern``,
@@ -277,7 +277,7 @@ def parse_hybrid_pattern(pattern, num_layers: int, field: str = "model.hybrid_pa
     """``pattern`` validated against ``num_layers``: one ``HYBRID_SYMBOLS`` character per layer
     (Megatron's ``|`` pipeline-stage separators are dropped); ``InputError`` naming ``field``."""
     if not isinstance(pattern, str):
-        raise InputError(field, f"expected text such as 'M*M-', got {pattern!r}", "quote it")
+        raise InputError(field, f"expected text such as 'M*M-', got {shown(pattern)}", "quote it")
     text = pattern.replace("|", "").strip()
     bad = sorted({c for c in text if c not in HYBRID_SYMBOLS})
     if bad:
@@ -445,12 +445,12 @@ class ModelSpec:
             raise InputError("model.num_kv_heads", f"num_heads {self.num_heads} is not a multiple of "
                              f"num_kv_heads {self.num_kv_heads}")
         if not isinstance(self.mtp_layers, int) or isinstance(self.mtp_layers, bool) or self.mtp_layers < 0:
-            raise InputError("model.mtp_layers", f"must be an integer >= 0, got {self.mtp_layers!r}")
+            raise InputError("model.mtp_layers", f"must be an integer >= 0, got {shown(self.mtp_layers)}")
         check_size("model.mtp_layers", self.mtp_layers, minimum=0)
         if not 0.0 <= self.sliding_window_layer_fraction <= 1.0:       # false for nan too
             raise InputError("model.sliding_window_layer_fraction", "must be in [0, 1]")
         if not (0.0 <= self.glu_clamp_limit < float("inf")):            # false for nan too
-            raise InputError("model.glu_clamp_limit", f"must be a finite number >= 0, got {self.glu_clamp_limit!r}",
+            raise InputError("model.glu_clamp_limit", f"must be a finite number >= 0, got {shown(self.glu_clamp_limit)}",
                              "give the clamp value, or 0 for none")
         if self.glu_clamp_limit and not self.gated_mlp:
             raise InputError("model.glu_clamp_limit", "only a gated MLP (gated_mlp: true) clamps its halves",
@@ -500,11 +500,11 @@ class ModelSpec:
                 raise InputError(f"model.{name}", f"unknown value {getattr(self, name)!r}",
                                  "choose one of " + ", ".join(allowed))
         if not 0.0 < self.rotary_fraction <= 1.0:
-            raise InputError("model.rotary_fraction", f"must be in (0, 1], got {self.rotary_fraction!r}")
+            raise InputError("model.rotary_fraction", f"must be in (0, 1], got {shown(self.rotary_fraction)}")
         for name in ("rope_theta", "rope_scaling_factor", *YARN_FIELDS):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1e12:
-                raise InputError(f"model.{name}", f"must be a number from 0 to 1e12 (0 = not stated), got {value!r}",
+                raise InputError(f"model.{name}", f"must be a number from 0 to 1e12 (0 = not stated), got {shown(value)}",
                                  "write the checkpoint's value, or 0")
         for name in ("checkpoint_format", "expert_checkpoint_format"):
             value = getattr(self, name)
@@ -514,12 +514,12 @@ class ModelSpec:
         g = self.int4_group_size
         if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g <= 1 << 20:
             raise InputError("model.int4_group_size", f"must be a whole number of weights per scale from 0 to "
-                             f"{1 << 20} (0 = 128), got {g!r}", "write the checkpoint's group_size, or 0")
+                             f"{1 << 20} (0 = 128), got {shown(g)}", "write the checkpoint's group_size, or 0")
         if self.expert_checkpoint_format and self.moe is None:
             raise InputError("model.expert_checkpoint_format", "set on a model without experts",
                              "drop it, or add the moe: block")
         if not isinstance(self.rope_scaling, str):
-            raise InputError("model.rope_scaling", f"must be text (llama3, yarn, ...), got {self.rope_scaling!r}")
+            raise InputError("model.rope_scaling", f"must be text (llama3, yarn, ...), got {shown(self.rope_scaling)}")
         if self.rope_scaling != "yarn" and any(getattr(self, name) for name in YARN_FIELDS):
             raise InputError("model.rope_scaling", f"YaRN parameters set with rope_scaling {self.rope_scaling!r}",
                              "set rope_scaling: yarn, or drop the rope_beta_* / rope_mscale* / "

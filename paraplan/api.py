@@ -76,7 +76,7 @@ from cost_models.layer_costs import (_attention_dims, attention_block_costs,
 from hardware_specs.catalog import DEFAULT_TRAINING_STACK, efficiency_for_cluster, load_cluster, load_gpu, load_stack
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError, as_given, refuse_missing, require_plausible, suggest, whole_number
+from hardware_specs.errors import InputError, as_given, refuse_missing, require_plausible, shown, suggest, whole_number
 from hardware_specs.gpu_spec import MAX_HBM_BYTES, MAX_RATE_PER_S, MIN_HBM_BYTES, MIN_RATE_PER_S, GPUSpec
 from hardware_specs.stack_spec import StackSpec
 from model_specs.catalog import load_model
@@ -198,25 +198,25 @@ def coerce_value(field: str, value: Any) -> Any:
         try:
             number = Decimal(text)
         except ArithmeticError:         # decimal.InvalidOperation: not a number
-            raise InputError(field, f"expected an integer, got {value!r}") from None
+            raise InputError(field, f"expected an integer, got {shown(value)}") from None
         if not number.is_finite() or number != number.to_integral_value():
-            raise InputError(field, f"expected an integer, got {value!r}")
+            raise InputError(field, f"expected an integer, got {shown(value)}")
         if number.adjusted() > _MAX_INT_DIGITS:      # 1e999999999 would be built digit by digit
-            raise InputError(field, f"expected an integer, got {value!r}",
+            raise InputError(field, f"expected an integer, got {shown(value)}",
                              f"check the number: every bound is far below 10**{_MAX_INT_DIGITS}")
         return int(number)
     if field in _FLOAT_FIELDS:
         try:
             return float(text)
         except ValueError:
-            raise InputError(field, f"expected a number, got {value!r}", _plain_number_fix(field)) from None
+            raise InputError(field, f"expected a number, got {shown(value)}", _plain_number_fix(field)) from None
     if field in _BOOL_FIELDS:
         low = text.lower()
         if low in ("1", "true", "yes", "on"):
             return True
         if low in ("0", "false", "no", "off"):
             return False
-        raise InputError(field, f"expected true or false, got {value!r}")
+        raise InputError(field, f"expected true or false, got {shown(value)}")
     return text
 
 
@@ -258,7 +258,7 @@ def what_if_gpu(gpu: str | GPUSpec, hbm_gib: float | None = None, hbm_tb_per_s: 
         if value is None:
             continue
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-            raise InputError(name, f"must be a number ({GPU_WHAT_IF_FIELDS[name]}), got {value!r}",
+            raise InputError(name, f"must be a number ({GPU_WHAT_IF_FIELDS[name]}), got {shown(value)}",
                              "give it as a number, not text or a bool")
         try:
             require_plausible(name, value, *bounds[name])
@@ -296,7 +296,7 @@ def what_if_cluster(cluster: str | ClusterSpec, gpu: str | GPUSpec | None = None
     for name, value in (("scaleout_gbit_per_s", scaleout_gbit_per_s), ("scaleup_gbit_per_s", scaleup_gbit_per_s)):
         # '400' and True were read as numbers
         if value is not None and (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real)):
-            raise InputError(name, f"must be a number of Gb/s, got {value!r}", "e.g. 400")
+            raise InputError(name, f"must be a number of Gb/s, got {shown(value)}", "e.g. 400")
         if value is not None:   # in Gb/s, under its own name (the link's bytes/s field was named)
             try:
                 require_plausible(name, value, MIN_RATE_PER_S / GBIT, MAX_RATE_PER_S / GBIT)
@@ -745,7 +745,7 @@ def _planner_kwargs(constraints: Mapping[str, Any]) -> dict:
     kwargs = dict(constraints)
     given = kwargs.pop("fixed", None)
     if given is not None and not isinstance(given, Mapping):
-        raise InputError("fixed", f"must be a mapping of field -> value(s), got {given!r}", "e.g. fixed={'tp': 8}")
+        raise InputError("fixed", f"must be a mapping of field -> value(s), got {shown(given)}", "e.g. fixed={'tp': 8}")
     fixed = dict(given or {})
     switches = {}
     for name in list(kwargs):
@@ -1035,16 +1035,16 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
     """
     refuse_missing({"field": field, "on_error": on_error, "best": best})     # pd.NA: a TypeError in the checks
     if not isinstance(best, (bool, np.bool_)):      # 'abc', nan, -8 or [8] ran the planner by their truth value
-        raise InputError("best", f"must be True or False, got {best!r}",
+        raise InputError("best", f"must be True or False, got {shown(best)}",
                          "best=True asks the planner for its best plan at each value; leave it out to simulate base")
     best = bool(best)
     check_field(field)
     if on_error not in ("raise", "skip"):
-        raise InputError("on_error", f"must be 'raise' or 'skip', got {on_error!r}")
+        raise InputError("on_error", f"must be 'raise' or 'skip', got {shown(on_error)}")
     if isinstance(values, str):
         values = [v for v in values.split(",") if v.strip()]
     if values is not None and not isinstance(values, Iterable):
-        raise InputError("values", f"must be a list of values, got {values!r}", f"e.g. [{values!r}]")
+        raise InputError("values", f"must be a list of values, got {shown(values)}", f"e.g. [{values!r}]")
     values = list(values) if values is not None else []
     if not values:
         raise InputError("values", f"empty sweep over {field}", "give at least one value")
@@ -1172,7 +1172,7 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     if dtype is None:
         dtype = sixteen_bit_dtype(g)
     elif not isinstance(dtype, str) or not dtype.strip():
-        raise InputError("dtype", f"must be a dtype name, got {dtype!r}",
+        raise InputError("dtype", f"must be a dtype name, got {shown(dtype)}",
                          "choose one of " + ", ".join(g.peak_flops_per_s) + ", or leave it out for the 16-bit type")
     _check_efficiency(efficiency)
     eff = efficiency if efficiency is not None else efficiency_for_cluster(cluster_spec)

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from hardware_specs.errors import InputError, refuse_missing, suggest
+from hardware_specs.errors import InputError, refuse_missing, shown, suggest
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan import serving_priors
@@ -129,10 +129,10 @@ def _check_kinds(values: Mapping[str, Any]) -> None:
         if value is None:
             continue
         if name in _TEXT_FIELDS and not isinstance(value, str):
-            raise InputError(name, f"must be text, got {value!r}", "e.g. '0.11.0'" if name == "backend_version"
+            raise InputError(name, f"must be text, got {shown(value)}", "e.g. '0.11.0'" if name == "backend_version"
                              else "e.g. 'fp8'")
         if name in _NUMBER_FIELDS and (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real)):
-            raise InputError(name, f"must be a number, got {value!r}", "give it as a number, not text or a bool")
+            raise InputError(name, f"must be a number, got {shown(value)}", "give it as a number, not text or a bool")
 
 
 #: what the serving layers (``ServingContext.build``, ``simulate_serving``, ``what_if_cluster``)
@@ -209,7 +209,7 @@ def _serving_context(model, system, backend, *, backend_version, precision, expe
                   "scaleout_gbit_per_s": scaleout_gbit_per_s, "draft_acceptance": draft_acceptance})
     for name, value in (("backend", backend), ("system", system)):
         if not isinstance(value, str):      # None / 5 / ["vllm"] reached pathlib as a TypeError
-            raise InputError(name, f"must be a name (text), got {value!r}",
+            raise InputError(name, f"must be a name (text), got {shown(value)}",
                              "e.g. 'vllm'" if name == "backend" else "e.g. 'dgx-h100'")
     check_release(backend, backend_version)
     spec = model if isinstance(model, ModelSpec) else load_model(model)
@@ -311,7 +311,7 @@ def serve_sweep(base: Mapping[str, Any], field: str, values: Iterable[Any]) -> p
     if field not in SWEEP_FIELDS:
         raise InputError("field", f"cannot sweep {field!r}", suggest(str(field), SWEEP_FIELDS))
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise InputError("values", f"expected a list of values, got {values!r}", "e.g. [1, 2, 4]")
+        raise InputError("values", f"expected a list of values, got {shown(values)}", "e.g. [1, 2, 4]")
     values = list(values)
     if not values:
         raise InputError("values", f"empty sweep over {field}", "give at least one value")
@@ -369,7 +369,7 @@ def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 102
     elif isinstance(modes, (list, tuple)):
         modes = tuple(modes)
     else:
-        raise InputError("modes", f"expected agg, disagg, both or a list of them, got {modes!r}", "e.g. modes='both'")
+        raise InputError("modes", f"expected agg, disagg, both or a list of them, got {shown(modes)}", "e.g. modes='both'")
     try:        # the planner speaks the CLI's flags (--tpot-ms, --max-batch, allow --tpot-ms 2.9)
         # as serve plan: "add GPUs" names a count whose layouts the engine launches
         request = LaunchRequest(isl=isl, osl=osl, kv_cache_dtype=context.get("kv_cache_dtype", "auto"), rank_by=rank_by)

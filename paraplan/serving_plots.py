@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from hardware_specs.errors import InputError, require_positive
+from hardware_specs.errors import InputError, require_positive, shown
 from paraplan.plots import check_folder
 
 MODE_STYLE = {"agg": ("#4C72B0", "o", "aggregated"), "disagg": ("#C44E52", "s", "disaggregated")}
@@ -43,7 +43,7 @@ def _check_tpot(tpot_ms: Any) -> None:
     if tpot_ms is None:
         return
     if isinstance(tpot_ms, (bool, np.bool_)) or not isinstance(tpot_ms, numbers.Real):
-        raise InputError("tpot_ms", f"must be a number of milliseconds, got {tpot_ms!r}", "e.g. tpot_ms=20")
+        raise InputError("tpot_ms", f"must be a number of milliseconds, got {shown(tpot_ms)}", "e.g. tpot_ms=20")
     require_positive("tpot_ms", tpot_ms)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from hardware_specs.errors import InputError, whole_number
+from hardware_specs.errors import InputError, shown, whole_number
 from simulator.parallel_config import Recompute
 
 #: the ZeRO stages the pooled model prices (``simulator.heterogeneous.compose``)
@@ -25,7 +25,7 @@ POOLED_ZERO_STAGES = (0, 1)
 def _listed(field: str, values, example: str) -> list:
     """``values`` as a non-empty list: a list, tuple, set or array; a string or a scalar is refused."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise InputError(field, f"must be a list, got {values!r}", f"e.g. {field}={example}")
+        raise InputError(field, f"must be a list, got {shown(values)}", f"e.g. {field}={example}")
     out = list(values)
     if not out:
         raise InputError(field, "names no value", f"give at least one (e.g. {field}={example}), or leave it out")
@@ -54,7 +54,7 @@ def sequence_parallel_modes(modes) -> tuple[bool, ...]:
     out = []
     for s in _listed("sequence_parallel", modes, "(False, True)"):
         if not isinstance(s, (bool, np.bool_)):
-            raise InputError("sequence_parallel", f"must be True or False, got {s!r}", "e.g. sequence_parallel=(False, True)")
+            raise InputError("sequence_parallel", f"must be True or False, got {shown(s)}", "e.g. sequence_parallel=(False, True)")
         out.append(bool(s))
     return tuple(out)
 

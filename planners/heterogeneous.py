@@ -34,7 +34,7 @@ from hardware_specs.catalog import load_pooled_cluster, load_stack, one_pool
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.mfu_reference import reference_name
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError, whole_number
+from hardware_specs.errors import InputError, shown, whole_number
 from hardware_specs.pools import Pool, PooledCluster
 from hardware_specs.stack_spec import StackSpec
 from model_specs.catalog import load_model
@@ -638,7 +638,7 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         ("max_tp", max_tp), ("max_micro_batch", max_micro_batch)))
     if micro_batches is not None:
         if isinstance(micro_batches, (str, bytes)) or not isinstance(micro_batches, Iterable):
-            raise InputError("micro_batches", f"must be a list of micro-batch sizes, got {micro_batches!r}",
+            raise InputError("micro_batches", f"must be a list of micro-batch sizes, got {shown(micro_batches)}",
                              "e.g. micro_batches=[1, 2], or leave it out to try every divisor of the global batch")
         micro_batches = [whole_number("micro_batches", mb) for mb in micro_batches]
         if not micro_batches:

@@ -29,7 +29,7 @@ from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.stack_spec import StackSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.placement import placed_cluster
-from hardware_specs.errors import InputError, as_given, whole_number
+from hardware_specs.errors import InputError, as_given, shown, whole_number
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from planners import infeasible
@@ -318,7 +318,7 @@ def dtype_names(dtypes, field: str = "dtypes",
         values = tuple(dtypes)
         if values and all(isinstance(v, str) for v in values):
             return values
-    raise InputError(field, f"must be a dtype name or a list of them, got {dtypes!r}", hint)
+    raise InputError(field, f"must be a dtype name or a list of them, got {shown(dtypes)}", hint)
 
 
 def searched_schedules(schedules: Iterable[str], fixed: Mapping[str, tuple]) -> tuple[str, ...]:
@@ -508,11 +508,11 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
                        ("memory_search", memory_search), ("hsdp", hsdp), ("prune_by_time", prune_by_time),
                        ("count_fitting", count_fitting)):
         if not isinstance(flag, (bool, np.bool_)):
-            raise InputError(name, f"must be True or False, got {flag!r}")
+            raise InputError(name, f"must be True or False, got {shown(flag)}")
     if headroom_gib is not None:        # text or a bool refused here, as simulate does (simulator.headroom)
         headroom.headroom_gib(float("inf"), headroom_gib)
     if fixed is not None and not isinstance(fixed, Mapping):
-        raise InputError("fixed", f"must be a mapping of field -> value(s), got {fixed!r}", "e.g. fixed={'tp': 8}")
+        raise InputError("fixed", f"must be a mapping of field -> value(s), got {shown(fixed)}", "e.g. fixed={'tp': 8}")
     if isinstance(schedules, str):                    # "1f1b" is one schedule, not four letters
         schedules = (schedules,)
     if not isinstance(stack, (str, StackSpec)):

@@ -21,7 +21,7 @@ import numbers
 
 import numpy as np
 
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, shown
 
 GIB = 2**30
 DEFAULT_HEADROOM_FRACTION = 0.05
@@ -37,7 +37,7 @@ def headroom_gib(hbm_bytes: float, requested_gib: float | None = None) -> float:
     if requested_gib is None:
         return DEFAULT_HEADROOM_FRACTION * hbm_bytes / GIB
     if isinstance(requested_gib, (bool, np.bool_)) or not isinstance(requested_gib, numbers.Real):
-        raise InputError("headroom_gib", f"must be a number of GiB, got {requested_gib!r}",
+        raise InputError("headroom_gib", f"must be a number of GiB, got {shown(requested_gib)}",
                          "give GiB to keep free, e.g. 4; 0 plans to the modelled peak")
     value = float(requested_gib)
     if not (math.isfinite(value) and value >= 0):

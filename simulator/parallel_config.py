@@ -9,7 +9,7 @@ from enum import Enum
 import numpy as np
 
 from cost_models.memory import RECOMPUTE_MODULES
-from hardware_specs.errors import InputError, as_float, as_given, shown_number
+from hardware_specs.errors import InputError, as_float, as_given, shown
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from hardware_specs.stack_spec import CROSS_ENTROPY_IMPLS, check_grouped_gemm_streams, feature_names
 
@@ -106,7 +106,7 @@ def _modules(value, field: str = "recompute_modules") -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, str) and not hasattr(value, "__iter__"):
-        raise InputError(field, f"must be a comma list or a list of module names, got {value!r}",
+        raise InputError(field, f"must be a comma list or a list of module names, got {shown(value)}",
                          "e.g. 'core_attn,mlp'")
     items = value.split(",") if isinstance(value, str) else list(value)
     names = []
@@ -489,14 +489,14 @@ class ParallelConfig:
             if type(value) is int and 1 <= value <= (MAX_GLOBAL_BATCH if name == "global_batch" else MAX_GPUS):
                 continue                 # a plain int in range: every check below passes
             if isinstance(value, (bool, np.bool_)):        # True is not a degree (int(True) is 1)
-                raise InputError(name, f"must be a positive integer, got {value!r}")
+                raise InputError(name, f"must be a positive integer, got {shown(value)}")
             if not isinstance(value, int):
                 try:
                     as_int = int(value)
                 except (TypeError, ValueError, OverflowError):        # inf, nan, text
-                    raise InputError(name, f"must be a positive integer, got {value!r}") from None
+                    raise InputError(name, f"must be a positive integer, got {shown(value)}") from None
                 if as_int != value:
-                    raise InputError(name, f"must be a positive integer, got {value!r}")
+                    raise InputError(name, f"must be a positive integer, got {shown(value)}")
                 object.__setattr__(self, name, as_int)
             if getattr(self, name) < 1:
                 raise InputError(name, f"must be >= 1, got {value}")
@@ -516,7 +516,7 @@ class ParallelConfig:
             if isinstance(value, (float, np.floating)) and math.isfinite(value) and value == int(value):
                 value = int(value)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-                raise InputError(name, f"must be an integer >= 0 (0 = not set), got {value!r}")
+                raise InputError(name, f"must be an integer >= 0 (0 = not set), got {shown(value)}")
             if value > MAX_LAYOUT_VALUE:
                 raise InputError(name, f"{as_given(value)} is above the largest supported value {MAX_LAYOUT_VALUE:,}",
                                  "check the number")
@@ -533,8 +533,8 @@ class ParallelConfig:
                              ("offload_weight_bytes", (2, 4))):
             value = getattr(self, name)
             if isinstance(value, (bool, np.bool_)) or value not in widths:
-                shown = ", ".join(map(str, widths[:-1])) + f" or {widths[-1]}"
-                raise InputError(name, f"must be {shown}, got {value!r}")
+                allowed = ", ".join(map(str, widths[:-1])) + f" or {widths[-1]}"
+                raise InputError(name, f"must be {allowed}, got {shown(value)}")
             object.__setattr__(self, name, float(value))
         for name in ("grad_bucket_elements", "grad_bucket_elements_per_dp", "param_prefetch_forward",
                      "param_prefetch_backward", "param_prefetch_max_elements", "zero3_persistence_elements"):
@@ -542,9 +542,9 @@ class ParallelConfig:
             try:
                 number = as_float(value)    # 10**400 reads as inf (float() raises OverflowError)
             except (TypeError, ValueError):
-                raise InputError(name, f"must be a number >= 0, got {value!r}") from None
+                raise InputError(name, f"must be a number >= 0, got {shown(value)}") from None
             if isinstance(value, (bool, np.bool_)) or not (0 <= number < float("inf")):
-                raise InputError(name, f"must be a finite number >= 0, got {shown_number(value)}")
+                raise InputError(name, f"must be a finite number >= 0, got {shown(value)}")
             object.__setattr__(self, name, number)
         for name in BOOL_FIELDS:
             value = fields_[name]
@@ -553,9 +553,9 @@ class ParallelConfig:
             if isinstance(value, np.bool_):
                 object.__setattr__(self, name, bool(value))
             elif not isinstance(value, bool):
-                raise InputError(name, f"must be true or false, got {value!r}")
+                raise InputError(name, f"must be true or false, got {shown(value)}")
         if isinstance(self.zero_stage, (bool, np.bool_)) or self.zero_stage not in (0, 1, 2, 3):
-            raise InputError("zero_stage", f"must be 0, 1, 2 or 3, got {self.zero_stage!r}")
+            raise InputError("zero_stage", f"must be 0, 1, 2 or 3, got {shown(self.zero_stage)}")
         object.__setattr__(self, "recompute", _enum(Recompute, self.recompute, "recompute"))
         object.__setattr__(self, "schedule", _enum(Schedule, self.schedule, "schedule"))
         object.__setattr__(self, "cp_kind", _enum(CPKind, self.cp_kind, "cp_kind"))
@@ -590,11 +590,11 @@ class ParallelConfig:
             imbalance = None
         if imbalance is None or isinstance(self.moe_load_imbalance, (bool, np.bool_)):
             # True is not a ratio (it was read as 1.0, a balanced load)
-            raise InputError("moe_load_imbalance", f"expected a number, got {self.moe_load_imbalance!r}",
+            raise InputError("moe_load_imbalance", f"expected a number, got {shown(self.moe_load_imbalance)}",
                              "e.g. 1.2: the busiest expert-parallel rank's routed rows over the group's mean")
         if not 1.0 <= imbalance <= MAX_MOE_LOAD_IMBALANCE:      # also false for nan
             raise InputError("moe_load_imbalance", f"must be between 1 (perfectly balanced) and "
-                             f"{MAX_MOE_LOAD_IMBALANCE:,}, got {shown_number(self.moe_load_imbalance)}")
+                             f"{MAX_MOE_LOAD_IMBALANCE:,}, got {shown(self.moe_load_imbalance)}")
         object.__setattr__(self, "moe_load_imbalance", imbalance)
 
     def _check_memory_fields(self) -> None:
@@ -629,7 +629,7 @@ class ParallelConfig:
                              f"{self.offload_optimizer_fraction!r}") from None
         if isinstance(self.offload_optimizer_fraction, (bool, np.bool_)) or not 0.0 <= fraction <= 1.0:
             raise InputError("offload_optimizer_fraction", f"must be in [0, 1], got "
-                             f"{shown_number(self.offload_optimizer_fraction)}")
+                             f"{shown(self.offload_optimizer_fraction)}")
         object.__setattr__(self, "offload_optimizer_fraction", fraction)
         if fraction > 0 and self.dtype == "fp32":
             raise InputError("offload_optimizer_fraction", "offloads the fp32 master copy of mixed-precision "
@@ -644,7 +644,7 @@ class ParallelConfig:
         if layout is None:
             layout = ""
         if not isinstance(layout, str):
-            raise InputError("pipeline_layout", f"must be a string, got {layout!r}")
+            raise InputError("pipeline_layout", f"must be a string, got {shown(layout)}")
         object.__setattr__(self, "pipeline_layout", layout.strip())
         if self.pipeline_layout:
             from simulator.layout_string import parse_layout

@@ -59,12 +59,12 @@ def test_the_best_plan_is_judged_against_the_headroom_it_was_planned_with():
     assert row.fits
 
 
-@pytest.mark.parametrize("bad", ["5", True, False, [5]])
-def test_simulate_and_plan_refuse_the_same_non_numbers(bad):
+@pytest.mark.parametrize("bad, quoted", [("5", "'5'"), (True, "true"), (False, "false"), ([5], "[5]")])
+def test_simulate_and_plan_refuse_the_same_non_numbers(bad, quoted):
     """Text ("5") and bools are not GiB: api.plan refused "5" while api.simulate read it as 5 GiB
     and True as float(True) = 1 GiB. One check (simulator.headroom.headroom_gib) for both, and for
     the headroom function itself."""
-    msg = f"headroom_gib: must be a number of GiB, got {bad!r}"
+    msg = f"headroom_gib: must be a number of GiB, got {quoted}"
     with pytest.raises(InputError, match="^" + re.escape(msg)):
         api.simulate("llama3-8b", "dgx-h100", headroom_gib=bad, **RUN)
     with pytest.raises(InputError, match="^" + re.escape(msg)):

@@ -311,7 +311,7 @@ def test_a_gpu_label_that_is_not_text_is_an_input_error_naming_it(key, value):
     data[key] = yaml.safe_load(f"v: {value}\n")["v"]
     with pytest.raises(InputError) as err:
         gpu_from_dict(data)
-    assert err.value.field == f"gpu x.{key}" and "expected str" in str(err.value)
+    assert err.value.field == f"gpu x.{key}" and "expected text" in str(err.value)
 
 
 @pytest.mark.parametrize("path, value", [("scaleout.kind", "-.inf"), ("description", ".nan"), ("source", "[1, 2]")])
@@ -327,13 +327,13 @@ def test_a_cluster_label_that_is_not_text_is_an_input_error_naming_it(path, valu
     target[key] = yaml.safe_load(f"v: {value}\n")["v"]
     with pytest.raises(InputError) as err:
         cluster_from_dict(data)
-    assert err.value.field.endswith(f".{key}") and "expected str" in str(err.value)
+    assert err.value.field.endswith(f".{key}") and "expected text" in str(err.value)
 
 
 @pytest.mark.parametrize("value, says", [(".nan", "must be finite, got nan"),
                                          ("-5", "must be > 0, got -5"),
                                          ("1e-300", "below the plausible minimum 1e-06"),
-                                         ("fast", "expected float")])
+                                         ("fast", "expected a number, got 'fast'")])
 def test_a_measured_communicator_bandwidth_that_is_not_a_rate_is_an_input_error(value, says):
     """communicator_busbw_gb_per_s is a measured rate (GB/s): NaN, a negative, a unit slip of
     1e-300 GB/s or text is refused on one line naming the key as the file spells it, in the

@@ -32,12 +32,13 @@ def _simulate(cluster, *extra):
     return run("simulate", "-m", "gpt-22b", "-c", cluster, "-n", "16", "--tp", "8", "--global-batch", "16", *extra)
 
 
-@pytest.mark.parametrize("key, value", [("kernel_overhead_s", True), ("cpu_issue_s", True),
-                                        ("hbm_fraction", "0.5"), ("kernel_overhead_s", "2.52e-05")])
-def test_an_efficiency_factor_is_a_number_not_a_boolean_or_text(tmp_path, key, value):
+@pytest.mark.parametrize("key, value, quoted", [("kernel_overhead_s", True, "true"), ("cpu_issue_s", True, "true"),
+                                                ("hbm_fraction", "0.5", "'0.5'"),
+                                                ("kernel_overhead_s", "2.52e-05", "'2.52e-05'")])
+def test_an_efficiency_factor_is_a_number_not_a_boolean_or_text(tmp_path, key, value, quoted):
     # kernel_overhead_s: true was float(True) = 1 s per kernel: a 13,553 s step
     path = _cluster_with_efficiency(tmp_path, **{key: value})
-    one_line_error(_simulate(path), f"efficiency.{key}", f"expected a number, got {value!r}")
+    one_line_error(_simulate(path), f"efficiency.{key}", f"expected a number, got {quoted} (")
 
 
 def _gpu_file(tmp_path: Path, **changes) -> Path:
@@ -52,12 +53,12 @@ def _gpu_file(tmp_path: Path, **changes) -> Path:
     return path
 
 
-@pytest.mark.parametrize("value", [True, "989"])
-def test_a_gpu_peak_is_a_number_not_a_boolean_or_text(tmp_path, value):
-    # bf16: true was float(True): a 1 TFLOP/s H100
+@pytest.mark.parametrize("value, quoted", [(True, "true"), ("989", "'989'")])
+def test_a_gpu_peak_is_a_number_not_a_boolean_or_text(tmp_path, value, quoted):
+    # bf16: true was float(True): a 1 TFLOP/s H100; the error quotes it as the file spells it
     from hardware_specs.catalog import load_gpu
     from hardware_specs.errors import InputError
-    with pytest.raises(InputError, match=f"peak_tflops.bf16: expected float, got {value!r}"):
+    with pytest.raises(InputError, match=f"peak_tflops.bf16: expected a number, got {quoted} \\("):
         load_gpu(str(_gpu_file(tmp_path, peak_tflops={"bf16": value})))
 
 

@@ -72,7 +72,7 @@ def test_zero_stages_must_be_a_list_of_zero_or_one(small, model):
     assert _error(lambda: _plan(model, small, zeros=5)) == "zeros: must be a list, got 5 (e.g. zeros=(0, 1))"
     assert _error(lambda: _plan(model, small, zeros=None)) == "zeros: must be a list, got None (e.g. zeros=(0, 1))"
     # 0.5 was truncated to ZeRO-0 and searched silently; '1' and True were read as 1
-    for bad, shown in ((0.5, "0.5"), ("1", "'1'"), (True, "True")):
+    for bad, shown in ((0.5, "0.5"), ("1", "'1'"), (True, "true")):
         assert _error(lambda: _plan(model, small, zeros=(bad,))) == f"zeros: must be a whole number >= 0, got {shown}"
     # an empty list blamed the stack: "every zero_stage asked for is one megatron-core lacks"
     assert _error(lambda: _plan(model, small, zeros=())) == \

@@ -21,7 +21,7 @@ from pathlib import Path
 
 
 from hardware_specs.yaml_files import parse_yaml
-from hardware_specs.errors import InputError, json_int, not_a_file, suggest, unique_keys
+from hardware_specs.errors import InputError, json_int, not_a_file, shown, suggest, unique_keys
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
 from paraplan import priors
@@ -139,7 +139,7 @@ def plan_seq_len(data: dict | None, given: int | None) -> int | None:
     if stated is None:
         return given
     if isinstance(stated, bool) or not isinstance(stated, int) or stated < 1:
-        raise InputError("--plan.seq_len", f"must be a positive integer, got {stated!r}")
+        raise InputError("--plan.seq_len", f"must be a positive integer, got {shown(stated)}")
     if given is not None and int(given) != stated:
         raise InputError("--seq-len", f"{given} differs from the plan file's seq_len {stated}, the length it "
                          "was planned at", "drop --seq-len, or edit seq_len in the plan file")

@@ -13,7 +13,7 @@ import numbers
 import os
 from pathlib import Path
 
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, shown
 from paraplan.measure.runtime import require_torch
 
 #: The small GPT every default configuration trains (fits two CPU ranks; ~0.1-0.5 s a step).
@@ -279,7 +279,7 @@ def _median_error_round(group):
 
 def _check_rounds(rounds) -> None:
     if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 1:
-        raise InputError("rounds", f"must be a whole number >= 1, got {rounds!r}",
+        raise InputError("rounds", f"must be a whole number >= 1, got {shown(rounds)}",
                          "give how many times to measure the list as an integer, e.g. rounds=3; the default 1 measures it once")
 
 
@@ -291,7 +291,7 @@ def _check_configs(configs: list, model: dict, steps, warmup) -> None:
     from paraplan.measure.train import RunConfig
     for i, cfg in enumerate(configs):
         if not isinstance(cfg, dict):
-            raise InputError(f"configs[{i}]", f"must be a dict of RunConfig fields, got {cfg!r}",
+            raise InputError(f"configs[{i}]", f"must be a dict of RunConfig fields, got {shown(cfg)}",
                              "give each configuration as a dict, e.g. {'name': 'dp2', 'dp': 2, 'global_batch': 8}")
         try:
             RunConfig.from_dict({**model, "steps": steps, "warmup": warmup, **cfg})

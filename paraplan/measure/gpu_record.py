@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, shown
 
 #: kernel-name patterns of each category of a profiled step (cuBLAS/cuBLASLt GEMM kernels are
 #: named nvjet_*, sm90_xmma_*, cutlass_*; cuDNN's and FlashAttention's attention kernels carry
@@ -148,7 +148,7 @@ def _check_run(run, where: str) -> None:
         value = run[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "zero_stage" else 1) \
                 or value > MAX_RECORDED:
-            raise InputError(f"{where}.{key}", f"is not a whole number in range, got {value!r}", fix)
+            raise InputError(f"{where}.{key}", f"is not a whole number in range, got {shown(value)}", fix)
     # the runner's own rules (ZeRO 0 or 1, recompute none or full, the shapes its GPT shards):
     # a run the runner cannot produce is damage, and would be priced as a layout never measured
     from paraplan.measure.train import RunConfig

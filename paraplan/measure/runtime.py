@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, shown
 
 #: ranks that share this machine in the reference setup; CPU threads are split among them so
 #: that a one-rank baseline and a two-rank run see the same per-rank "device".
@@ -75,9 +75,9 @@ def check_threads_per_rank(value, field: str = "threads_per_rank", fix: str | No
     whole = not isinstance(value, bool) and isinstance(value, int)
     if here and not (whole and 1 <= value <= cores):
         raise InputError(field, f"must be a whole number of CPU threads from 1 to {cores} (this machine's cores), "
-                         f"got {value!r}", fix or f"use 1 to {cores}")
+                         f"got {shown(value)}", fix or f"use 1 to {cores}")
     if not (whole and value >= 1):
-        raise InputError(field, f"must be a whole number of CPU threads >= 1, got {value!r}", fix)
+        raise InputError(field, f"must be a whole number of CPU threads >= 1, got {shown(value)}", fix)
     return value
 
 

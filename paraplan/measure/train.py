@@ -16,7 +16,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, fields, replace
 
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, shown
 from paraplan.measure.runtime import (LAUNCH_TIMEOUT_S, PROGRESS_KEY, check_threads_per_rank, choose_device, cpu_wait_fraction,
                                       foreign_load, launch, peak_memory_bytes, report_progress, require_torch,
                                       run_queue_wait_s, synchronize, system_busy_cpu_s)
@@ -153,7 +153,7 @@ class RunConfig:
             raise InputError("global_batch", f"{self.global_batch} is not a multiple of dp x micro-batch = "
                              f"{self.dp} x {self.micro_batch} = {per_step}", f"use a multiple of {per_step}, e.g. {near}")
         if self.recompute not in ("none", "full"):
-            raise InputError("recompute", f"measured runs support none or full, got {self.recompute!r}")
+            raise InputError("recompute", f"measured runs support none or full, got {shown(self.recompute)}")
         if self.zero_stage not in (0, 1):
             raise InputError("zero_stage", f"measured runs support 0 or 1, got {self.zero_stage}")
         # the shape rules the ranks' model (measure/gpt.py, parallel.py) enforces, checked here
@@ -179,16 +179,16 @@ class RunConfig:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in WHOLE_FIELDS and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
-                raise InputError(f.name, f"must be a whole number, got {value!r}", f"give {f.name} as an integer")
+                raise InputError(f.name, f"must be a whole number, got {shown(value)}", f"give {f.name} as an integer")
         if isinstance(self.lr, bool) or not isinstance(self.lr, numbers.Real) or not math.isfinite(self.lr) or self.lr <= 0:
-            raise InputError("lr", f"must be a finite number above 0, got {self.lr!r}", "e.g. 1e-4")
+            raise InputError("lr", f"must be a finite number above 0, got {shown(self.lr)}", "e.g. 1e-4")
         if int(self.seed) < 0:
             raise InputError("seed", f"must be >= 0, got {self.seed}", "give a seed of 0 or more, e.g. seed=0")
         if self.device not in DEVICES:
             raise InputError("device", f"unknown device {self.device!r}", "use " + ", ".join(DEVICES))
         for name in ("name", "recompute"):
             if not isinstance(getattr(self, name), str):
-                raise InputError(name, f"must be text, got {getattr(self, name)!r}",
+                raise InputError(name, f"must be text, got {shown(getattr(self, name))}",
                                  "give a label, e.g. name='dp2'" if name == "name" else "use 'none' or 'full'")
 
     def model_state_bytes_per_rank(self, dtype: str = "fp32") -> float:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from cost_models.weight_formats import WEIGHT_FORMATS
-from hardware_specs.errors import InputError, suggest, whole_number, yaml_exponent_hint
+from hardware_specs.errors import InputError, shown, suggest, whole_number, yaml_exponent_hint
 from paraplan.sweeps.spec import DEFAULT_BEST_CHUNK_POINTS, _refuse_repeats
 from planners.serving.search import MAX_GPUS as SERVING_MAX_GPUS
 
@@ -72,10 +72,10 @@ class ServingSweepSpec:
 
     def __post_init__(self) -> None:
         if self.kind != "serving":
-            raise InputError("kind", f"a serving sweep has kind serving, got {self.kind!r}")
+            raise InputError("kind", f"a serving sweep has kind serving, got {shown(self.kind)}")
         if self.search != "best":
             raise InputError("search", f"a serving sweep searches best (serve plan's best deployment per point), "
-                             f"got {self.search!r}",
+                             f"got {shown(self.search)}",
                              "use search: best; one deployment over many values: paraplan.serving_api.serve_sweep")
         for name in SERVING_AXES:
             values = getattr(self, name)
@@ -122,16 +122,16 @@ def _axis(data: Mapping, key: str) -> tuple:
             value = whole_number(key, item)
             most = SERVING_MAX_GPUS if key == "gpus" else _MAX_WHOLE     # serve plan's own bound on GPUs
             if value > most:
-                raise InputError(key, f"expected whole numbers in [1, {most:,}], got {item!r}")
+                raise InputError(key, f"expected whole numbers in [1, {most:,}], got {shown(item)}")
             out.append(value)
         elif key in ("ttft_ms", "tpot_ms"):
             if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item) \
                     or not 0 < item <= 1e7:
-                raise InputError(key, f"expected milliseconds in (0, 1e7], got {item!r}", yaml_exponent_hint(item))
+                raise InputError(key, f"expected milliseconds in (0, 1e7], got {shown(item)}", yaml_exponent_hint(item))
             out.append(float(item))
         else:
             if isinstance(item, bool) or not isinstance(item, str) or not item.strip():
-                raise InputError(key, f"expected names, got {item!r}")
+                raise InputError(key, f"expected names, got {shown(item)}")
             out.append(item.strip().lower() if key in ("precisions", "modes") else item.strip())
     return tuple(out)
 
@@ -146,10 +146,10 @@ def serving_spec_from_dict(data: Mapping[str, Any]) -> ServingSweepSpec:
             raise InputError(key, "missing", f"list the {key} to sweep")
     chunk = data.get("chunk_points", DEFAULT_BEST_CHUNK_POINTS)
     if isinstance(chunk, bool) or not isinstance(chunk, int):
-        raise InputError("chunk_points", f"expected a whole number, got {chunk!r}")
+        raise InputError("chunk_points", f"expected a whole number, got {shown(chunk)}")
     for key in ("kind", "search", "description"):
         if key in data and not isinstance(data[key], str):
-            raise InputError(key, f"expected text, got {data[key]!r}")
+            raise InputError(key, f"expected text, got {shown(data[key])}")
     return ServingSweepSpec(**{name: _axis(data, name) for name in SERVING_AXES}, chunk_points=chunk,
                             description=data.get("description", ""), search=data.get("search", "best"))
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from hardware_specs.yaml_files import exists, is_file, parse_yaml
-from hardware_specs.errors import InputError, as_given, check_spec_size, is_finite, shown_number, suggest
+from hardware_specs.errors import InputError, as_given, check_spec_size, is_finite, shown, suggest
 from model_specs.model_spec import SIZE_LIMITS
 from planners.search_space import FIXABLE
 from simulator.parallel_config import (MAX_GLOBAL_BATCH, MAX_GPUS, MAX_MOE_LOAD_IMBALANCE, AttentionKernel, CPKind,
@@ -186,14 +186,14 @@ def _values(data: Mapping, key: str, kind, allow_none: bool = False) -> tuple:
             # float is asked whether it is finite (a huge int is then above the axis's limit)
             if isinstance(item, bool) or not isinstance(item, (int, float)) \
                     or (isinstance(item, float) and not math.isfinite(item)) or item != int(item) or item < 1:
-                raise InputError(key, f"expected whole numbers >= 1, got {shown_number(item)}")
+                raise InputError(key, f"expected whole numbers >= 1, got {shown(item)}")
             if int(item) > _LIMITS[key]:
                 raise InputError(key, f"{as_given(item)} is above the largest supported value {_LIMITS[key]:,}",
                                  "check the number")
             out.append(int(item))
         elif kind is str:
             if isinstance(item, bool) or not isinstance(item, (str, int)):
-                raise InputError(key, f"expected names, got {item!r}")
+                raise InputError(key, f"expected names, got {shown(item)}")
             out.append(str(item))
     return tuple(out)
 
@@ -233,17 +233,17 @@ def _config_values(value: Any, key: str) -> tuple:
                     raise InputError(f"config.{key}", f"{as_given(item)} is above the largest supported value "
                                      f"{MAX_MOE_LOAD_IMBALANCE:,}", "check the number")
                 raise InputError(f"config.{key}", f"must be between 1 (perfectly balanced) and "
-                                 f"{MAX_MOE_LOAD_IMBALANCE:,}, got {shown_number(item)}")
+                                 f"{MAX_MOE_LOAD_IMBALANCE:,}, got {shown(item)}")
         else:
             ok, what = isinstance(item, str), "names"
         if not ok:
-            raise InputError(f"config.{key}", f"expected {what}, got {shown_number(item)}")
+            raise InputError(f"config.{key}", f"expected {what}, got {shown(item)}")
         if key in _INT_CONFIG:
             # no point of the grid can run a degree or micro-batch below 1 or a ZeRO stage past 3
             # (a ZeRO shard group of 0 shards over every data-parallel rank)
             low, high = {"zero_stage": (0, 3), "zero_shard_group": (0, None)}.get(key, (1, None))
             if item < low or (high is not None and item > high):
-                raise InputError(f"config.{key}", f"{shown_number(item)} is out of range",
+                raise InputError(f"config.{key}", f"{shown(item)} is out of range",
                                  {"zero_stage": "ZeRO stages are 0 to 3",
                                   "zero_shard_group": "a ZeRO shard group is 0 (every rank) or >= 1 ranks"}.get(
                                      key, "degrees and micro-batches are >= 1"))
@@ -281,10 +281,10 @@ def spec_from_dict(data: Mapping[str, Any]):
     best = data.get("search", "best") == "best"
     chunk = data.get("chunk_points", DEFAULT_BEST_CHUNK_POINTS if best else DEFAULT_CHUNK_POINTS)
     if isinstance(chunk, bool) or not isinstance(chunk, int):
-        raise InputError("chunk_points", f"expected a whole number, got {chunk!r}")
+        raise InputError("chunk_points", f"expected a whole number, got {shown(chunk)}")
     for key in ("kind", "search", "description"):
         if key in data and not isinstance(data[key], str):
-            raise InputError(key, f"expected text, got {data[key]!r}")
+            raise InputError(key, f"expected text, got {shown(data[key])}")
     return SweepSpec(
         models=_values(data, "models", str), clusters=_values(data, "clusters", str), gpus=_values(data, "gpus", int),
         global_batch=_values(data, "global_batch", int), global_batch_tokens=_values(data, "global_batch_tokens", int),

@@ -47,7 +47,7 @@ from pathlib import Path
 from hardware_specs.catalog import load_cluster, load_gpu, load_stack
 from simulator.stack_defaults import stack_config_fields
 from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
-from hardware_specs.errors import InputError, json_int, not_a_file, unique_keys
+from hardware_specs.errors import InputError, json_int, not_a_file, shown, unique_keys
 from hardware_specs.pools import Pool, PooledCluster
 from model_specs.model_spec import ModelSpec
 from simulator.heterogeneous import HeteroPlan, ReplicaGroup, StagePlacement, simulate_heterogeneous
@@ -360,9 +360,9 @@ def _check_input(name: str, value, allow_zero: bool = False, low: float = 0.0, h
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise InputError(name, f"expected a number, got {value!r}") from None
+        raise InputError(name, f"expected a number, got {shown(value)}") from None
     if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
-        raise InputError(name, f"must be a positive finite number, got {value!r}", "give the value in the option's unit")
+        raise InputError(name, f"must be a positive finite number, got {shown(value)}", "give the value in the option's unit")
     if (v > 0 and v < low) or v > high:       # the network tier refuses such links (cluster_spec's bounds)
         raise InputError(name, f"{value!r} is outside the plausible range {low:g} to {high:g}",
                          "check the number and its unit")

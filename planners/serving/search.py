@@ -33,7 +33,7 @@ import pandas as pd
 
 from cost_models.worker_placement import most_beside, pair_fits, whole_workers
 from cost_models.weight_formats import WEIGHT_FORMATS, weight_bytes
-from hardware_specs.errors import InputError, as_given, is_finite, whole_number
+from hardware_specs.errors import InputError, as_given, is_finite, shown, whole_number
 from planners.serving.labels import prompts_per_step, worker_labels
 from planners.serving.pareto import pareto_front
 from planners.serving.space import with_batches, worker_layouts
@@ -982,16 +982,16 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
         ("--gpus", gpus, None), ("--isl", isl, MAX_REQUEST_TOKENS), ("--osl", osl, MAX_REQUEST_TOKENS),
         ("--max-batch", max_batch, MAX_BATCH)))
     if isinstance(modes, str) or not modes or any(m not in ("agg", "disagg") for m in modes):
-        raise InputError("--mode", f"modes must be a non-empty list of agg / disagg, got {modes!r}",
+        raise InputError("--mode", f"modes must be a non-empty list of agg / disagg, got {shown(modes)}",
                          "search ('agg',), ('disagg',) or ('agg', 'disagg')")
     for name, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
         # True is an int to Python, and was taken as 1 ms
         # is_finite: np.isfinite raised TypeError on a Python int above 2**64 (ttft_ms=10**30)
         if isinstance(value, (bool, np.bool_)) or not (isinstance(value, numbers.Real) and is_finite(value)
                                                        and value > 0):
-            raise InputError(name, f"must be a finite number > 0, got {value!r}")
+            raise InputError(name, f"must be a finite number > 0, got {shown(value)}")
     if not isinstance(allow_pp, (bool, np.bool_)):       # "no" is truthy: it had allowed pipeline stages
-        raise InputError("allow_pp", f"must be True or False, got {allow_pp!r}")
+        raise InputError("allow_pp", f"must be True or False, got {shown(allow_pp)}")
     ctx.check_request(isl, osl)
     if gpus > MAX_GPUS:
         raise InputError("--gpus", f"{as_given(gpus)} GPUs is more than the {MAX_GPUS} a serving search covers",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from cost_models.topology import tp_tiles_node
-from hardware_specs.errors import InputError, suggest
+from hardware_specs.errors import InputError, shown, suggest
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
 from simulator.parallel_config import ParallelConfig, Recompute, Schedule
@@ -67,13 +67,13 @@ MAX_PLAN_COUNT = 2**24
 
 def _positive_int(value, field_name: str, fix: str = "give a whole number, 1 or more") -> int:
     if isinstance(value, bool):
-        raise InputError(field_name, f"must be a positive integer, got {value!r}", fix)
+        raise InputError(field_name, f"must be a positive integer, got {shown(value)}", fix)
     try:
         as_int = int(value)
     except (TypeError, ValueError, OverflowError):
-        raise InputError(field_name, f"must be a positive integer, got {value!r}", fix) from None
+        raise InputError(field_name, f"must be a positive integer, got {shown(value)}", fix) from None
     if as_int != value or as_int < 1:
-        raise InputError(field_name, f"must be a positive integer, got {value!r}", fix)
+        raise InputError(field_name, f"must be a positive integer, got {shown(value)}", fix)
     if as_int > MAX_PLAN_COUNT:     # 1e15 micro-batches reported a step of 1.9 million years
         raise InputError(field_name, f"{as_int:,} is above {MAX_PLAN_COUNT:,}", "check the number")
     return as_int
@@ -194,7 +194,7 @@ class HeteroPlan:
                              "gradients sharded per micro-batch, or its parameters gathered per layer)",
                              "use zero 0 or 1")
         if not isinstance(self.sequence_parallel, bool):
-            raise InputError("sequence_parallel", f"must be true or false, got {self.sequence_parallel!r}")
+            raise InputError("sequence_parallel", f"must be true or false, got {shown(self.sequence_parallel)}")
         object.__setattr__(self, "micro_batch", mb)
         object.__setattr__(self, "recompute", settings.recompute)
         object.__setattr__(self, "schedule", settings.schedule)
@@ -225,7 +225,7 @@ class HeteroPlan:
         known = {f.name for f in fields(ParallelConfig)}
         own = {f.name for f in fields(HeteroPlan)}
         if self.software is not None and not isinstance(self.software, Mapping):
-            raise InputError("software", f"expected a mapping of switch: value, got {self.software!r}",
+            raise InputError("software", f"expected a mapping of switch: value, got {shown(self.software)}",
                              "write e.g. software: {cuda_graphs: true}, or leave it out")
         extra = dict(self.software or {})
         for key in extra:

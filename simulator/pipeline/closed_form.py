@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from numbers import Real
 
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, shown
 from simulator.pipeline.schedules import ScheduleKind, _kind, _positive_int
 
 
@@ -68,5 +68,5 @@ def bubble_fraction_closed_form(schedule_kind, p: int, m: int, v: int = 1, t_f: 
 def _time(field: str, value) -> float:
     """A pass time: a finite real number >= 0 (an ``InputError`` naming ``field`` otherwise)."""
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value < 0:
-        raise InputError(field, f"must be a finite number >= 0, got {value!r}", "give the pass's time, e.g. 1.0")
+        raise InputError(field, f"must be a finite number >= 0, got {shown(value)}", "give the pass's time, e.g. 1.0")
     return float(value)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, shown
 from simulator.pipeline.schedules import BW, F, KIND_NAMES, PipelineSchedule, W
 
 #: a makespan above a stage's work by less than this share of it is floating-point rounding of
@@ -219,7 +219,7 @@ def _numbers(name: str, value, fix: str = "pass a float, a (p, 1) column or a (p
     except (TypeError, ValueError):
         a = np.asarray(None)
     if a.dtype.kind not in "iuf":
-        raise InputError(name, f"must be a number or an array of numbers (seconds), got {value!r}", fix)
+        raise InputError(name, f"must be a number or an array of numbers (seconds), got {shown(value)}", fix)
     return a.astype(float)
 
 

@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, shown
 from simulator.pipeline import generators as gen
 
 F, B, W, BW = gen.F, gen.B, gen.W, gen.BW
@@ -225,7 +225,7 @@ def _build(kind: ScheduleKind, p: int, m: int, v: int, orders: list[list[tuple]]
 
 def _positive_int(field: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InputError(field, f"must be an integer >= 1, got {value!r}")
+        raise InputError(field, f"must be an integer >= 1, got {shown(value)}")
     return int(value)
 
 
@@ -291,7 +291,7 @@ def _check_size(kind: ScheduleKind, p: int, m: int, v: int) -> None:
 
 def _check_durations(durations) -> tuple[float, float, float]:
     """``durations`` as three positive finite pass times (F, B, W), or an ``InputError``."""
-    bad = InputError("durations", f"need three positive finite pass times (F, B, W), got {durations!r}",
+    bad = InputError("durations", f"need three positive finite pass times (F, B, W), got {shown(durations)}",
                      "pass e.g. (1.0, 1.0, 1.0)")
     if isinstance(durations, (str, bytes)) or not hasattr(durations, "__len__") or len(durations) != 3:
         raise bad

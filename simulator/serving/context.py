@@ -20,7 +20,7 @@ from hardware_specs.catalog import (load_cluster, load_serving_efficiency, load_
                                     serving_stack_for)
 from hardware_specs.yaml_files import is_file
 from hardware_specs.cluster_spec import ClusterSpec
-from hardware_specs.errors import InputError, whole_number
+from hardware_specs.errors import InputError, shown, whole_number
 from hardware_specs.release_match import looks_like_release
 from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.serving_efficiency import ServingEfficiency
@@ -289,7 +289,7 @@ def speculation(model: ModelSpec, stack: StackSpec, speculative_tokens, draft_ac
     except InputError:
         k = -1
     if not 0 <= k <= MAX_SPECULATIVE_TOKENS:
-        raise InputError(field, f"must be a whole number in [0, {MAX_SPECULATIVE_TOKENS}], got {given!r}",
+        raise InputError(field, f"must be a whole number in [0, {MAX_SPECULATIVE_TOKENS}], got {shown(given)}",
                          "use 1-3 drafted tokens a step, as the engines' MTP examples do" if speculative_tokens
                          is not None else f"set it to 0-{MAX_SPECULATIVE_TOKENS} in the stack file, or override "
                          "it with --speculative-tokens")
@@ -298,7 +298,7 @@ def speculation(model: ModelSpec, stack: StackSpec, speculative_tokens, draft_ac
     else:
         p, prior = draft_acceptance, False
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or not 0.0 <= p <= 1.0:
-            raise InputError("--draft-acceptance", f"must be a probability in [0, 1], got {p!r}",
+            raise InputError("--draft-acceptance", f"must be a probability in [0, 1], got {shown(p)}",
                              f"give the measured share of drafted tokens accepted, e.g. {MTP_ACCEPTANCE_PRIOR}")
         p = float(p)
     if draft_head is not None:
