@@ -60,3 +60,20 @@ def test_a_whole_number_check_quotes_a_boolean_as_true():
     with pytest.raises(InputError) as err:
         whole_number("tp", True)
     assert str(err.value) == "tp: must be a whole number >= 1, got true"
+
+
+@pytest.mark.parametrize("ratio, text", [(1 / 1.58, "1.58x less"), (1.58, "1.58x more"), (953 / 954, "0.1% less"),
+                                         (1.003, "0.3% more"), (1.0, "about the same"), (1.0004, "about the same"),
+                                         (1 / 1.006, "1.01x less")])
+def test_a_ratio_that_two_decimals_print_as_1_00_is_said_in_percent(ratio, text):
+    from planners.serving.search import compared
+    assert compared(ratio) == text
+
+
+def test_serve_plans_why_line_does_not_say_1_00x_less_of_a_different_rate():
+    # Llama-3-8B on 16 H100, isl 2048 / osl 32, SLO 5 s / 100 ms: agg 954 tokens/s/GPU, disagg 953,
+    # printed '(1.00x less)'
+    from paraplan.serving_api import serve_plan
+    plan = serve_plan("llama3-8b", "dgx-h100", 16, isl=2048, osl=32, ttft_ms=5000, tpot_ms=100)
+    assert plan.why[1].startswith("     the best disagg layout meeting the SLO reaches 953 tokens/s/GPU (0.1% less) at")
+    assert plan.why[0].startswith("why: agg 16 x tp1 at batch 127 per rank reaches 954 tokens/s/GPU")

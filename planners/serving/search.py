@@ -661,6 +661,19 @@ def describe(row) -> str:
             f") + decode {row['decode_layout']} x{int(row['decode_workers'])} at batch {int(row['batch'])} per rank")
 
 
+def compared(ratio: float) -> str:
+    """How a rate ``ratio`` times another reads beside it: ``"1.58x more"``, ``"1.58x less"``
+    (the other over this one), and within 0.5%, where two decimals would print ``1.00x`` of two
+    different rates, the gap in percent of the larger (``"0.1% less"``), or ``"about the same"``
+    below 0.05%."""
+    word = "more" if ratio > 1 else "less"
+    times = max(ratio, 1 / ratio)
+    if f"{times:.2f}" != "1.00":
+        return f"{times:.2f}x {word}"
+    gap_pct = 100 * (1 - 1 / times)
+    return "about the same" if gap_pct < 0.05 else f"{gap_pct:.1f}% {word}"
+
+
 def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, gpus: int = 0,
          rank_by: str = "per-gpu", modes=None) -> list[str]:
     lines = []
@@ -678,10 +691,9 @@ def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, g
     if len(other):
         o = other.loc[score[other.index].idxmax()]
         o_score = float(score[o.name])
-        ratio = best_score / max(o_score, 1e-9)
         # more than ``best`` only where ``best`` is not the search's winner (``with_best``: the
         # best layout an engine can launch)
-        than = f"{ratio:.2f}x less" if ratio >= 1 else f"{1 / ratio:.2f}x more"
+        than = compared(o_score / max(best_score, 1e-9))
         lines.append(f"     the best {o['mode']} layout meeting the SLO reaches {o_score:,.0f} "
                      f"{unit} ({than}) at TPOT {o['tpot_ms']:.1f} ms, TTFT {o['ttft_ms']:.0f} ms: "
                      f"{describe(o)}")
