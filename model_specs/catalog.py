@@ -332,7 +332,12 @@ def model_from_dict(data: dict[str, Any], where: str = "model", default_name: st
         elif key == "mamba":
             kwargs[key] = _mamba_from_dict(value, field)
     kwargs.setdefault("num_kv_heads", kwargs["num_heads"])
-    for key in ("head_dim", "sliding_window", "mtp_layers"):
+    # head_dim 0 is ModelSpec's "not stated" (then hidden_size / num_heads); a file that states 0
+    # channels per head means something else, and was silently given the default
+    if kwargs.get("head_dim", 1) < 1:
+        raise InputError(f"{where}.head_dim", f"must be >= 1, got {kwargs['head_dim']}",
+                         "give the channels per head, or leave head_dim out for hidden_size / num_heads")
+    for key in ("sliding_window", "mtp_layers"):
         if kwargs.get(key, 0) < 0:
             raise InputError(f"{where}.{key}", f"must be >= 0, got {kwargs[key]}")
     if kwargs.get("sliding_window", 0) > 0:

@@ -77,3 +77,20 @@ def test_serve_plans_why_line_does_not_say_1_00x_less_of_a_different_rate():
     plan = serve_plan("llama3-8b", "dgx-h100", 16, isl=2048, osl=32, ttft_ms=5000, tpot_ms=100)
     assert plan.why[1].startswith("     the best disagg layout meeting the SLO reaches 953 tokens/s/GPU (0.1% less) at")
     assert plan.why[0].startswith("why: agg 16 x tp1 at batch 127 per rank reaches 954 tokens/s/GPU")
+
+
+@pytest.mark.parametrize("value", [0, -4])
+def test_a_model_file_stating_head_dim_0_is_refused_not_read_as_unstated(tmp_path, value):
+    # head_dim: 0 ran as hidden_size / num_heads = 128 (ModelSpec's 'not stated')
+    path = _edited(tmp_path, ROOT / "model_specs/presets/llama3-8b.yaml", "num_kv_heads: 8",
+                   f"num_kv_heads: 8\nhead_dim: {value}")
+    got = one_line_error(run("simulate", "-m", path, "-c", "dgx-h100", "-n", 8, "--global-batch", 8))
+    assert got == (f"error: model llama3-8b.head_dim: must be >= 1, got {value} "
+                   "(give the channels per head, or leave head_dim out for hidden_size / num_heads)")
+
+
+def test_a_model_file_without_head_dim_still_takes_hidden_size_over_num_heads():
+    from model_specs.catalog import model_from_dict
+    spec = model_from_dict({"name": "m", "num_layers": 2, "hidden_size": 64, "num_heads": 4,
+                            "ffn_hidden_size": 128, "vocab_size": 1000, "seq_len": 128})
+    assert spec.head_dim == 16
