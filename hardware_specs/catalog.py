@@ -359,14 +359,25 @@ def _pool_error(exc: InputError, pool: str, cluster_where: str) -> InputError:
     return InputError(f"pools.{pool}.{field}", exc.message, exc.fix)
 
 
+def _pool_name(value, field: str) -> str:
+    """A pool's name as a pooled file writes it (its own ``name:`` or an end of a link's
+    ``between``): text only. YAML reads an unquoted 010 as the number 8, 1:20 as 80, true as a
+    boolean, so a number was taken by the digits YAML made of it (pool '8' for ``name: 010``) and
+    a link's ``between: [1.5, true]`` found pools named '1.5' and 'True'."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise InputError(field, "missing", "give every pool a name")
+    if not isinstance(value, str):
+        raise InputError(field, f"expected a pool name (text), got {shown(value)}",
+                         "quote it: YAML reads an unquoted 010, 1.5 or true as a number or a boolean")
+    return value.strip()
+
+
 def pool_from_dict(data: dict, index: int, base_dir: Path | None = None) -> Pool:
     """One entry of a pooled cluster file's ``pools`` list (see the module docstring); relative
     cluster and GPU paths are looked for beside the pooled file (``base_dir``) first."""
     if not isinstance(data, dict):
         raise InputError(f"pools[{index}]", "must be a mapping with name, gpus and cluster (or gpu, gpus_per_node, ...)")
-    name = get_field(data, "name", f"pools[{index}]", str, "").strip()
-    if not name:
-        raise InputError(f"pools[{index}].name", "missing", "give every pool a name")
+    name = _pool_name(data.get("name"), f"pools[{index}].name")
     if "gpus" not in data or data["gpus"] is None:
         raise InputError(f"pools.{name}.gpus", "missing", "add 'gpus:' (the pool's GPU count)")
     gpus = data["gpus"]
@@ -400,6 +411,7 @@ def _link_from_dict(data: dict, index: int) -> PoolLink:
     ends = data.get("between")
     if not isinstance(ends, (list, tuple)) or len(ends) != 2:
         raise InputError(f"links[{index}].between", f"must name two pools, got {shown(ends)}", "write between: [a, b]")
+    ends = [_pool_name(end, f"links[{index}].between") for end in ends]
     where = f"links.{ends[0]}-{ends[1]}"
     refuse_unknown_keys(data, LINK_KEYS, where)
     if "bw_gbit_per_s" in data and "bw_gb_per_s" in data:
@@ -413,7 +425,7 @@ def _link_from_dict(data: dict, index: int) -> PoolLink:
                           "the link's bandwidth per GPU, one direction, in GB/s") * 1e9
     latency = _number_in_file_unit(data, "latency_us", where, 10.0, 1e-6,
                            "one message's start-up time in microseconds", allow_zero=True)
-    return PoolLink(pools=(str(ends[0]), str(ends[1])), bw_bytes_per_s=bw, latency_s=latency * 1e-6,
+    return PoolLink(pools=(ends[0], ends[1]), bw_bytes_per_s=bw, latency_s=latency * 1e-6,
                     kind=_network_kind(data, where, "ethernet"))
 
 

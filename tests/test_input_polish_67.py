@@ -94,3 +94,36 @@ def test_a_model_file_without_head_dim_still_takes_hidden_size_over_num_heads():
     spec = model_from_dict({"name": "m", "num_layers": 2, "hidden_size": 64, "num_heads": 4,
                             "ffn_hidden_size": 128, "vocab_size": 1000, "seq_len": 128})
     assert spec.head_dim == 16
+
+
+QUOTE_FIX = "(quote it: YAML reads an unquoted 010, 1.5 or true as a number or a boolean)"
+
+
+@pytest.mark.parametrize("pools, links, line", [
+    # name: 010 was pool '8' (YAML 1.1 octal); name: 1 pool '1', while name: 1.5 was refused
+    ("{name: 010, cluster: dgx-a100-80gb, gpus: 8}", "",
+     f"error: pools[0].name: expected a pool name (text), got 8 {QUOTE_FIX}"),
+    ("{name: 1, cluster: dgx-a100-80gb, gpus: 8}", "",
+     f"error: pools[0].name: expected a pool name (text), got 1 {QUOTE_FIX}"),
+    # between: [1.5, true] found the pools named '1.5' and 'True' (str() of what YAML read)
+    ("{name: '1.5', cluster: dgx-a100-80gb, gpus: 8}", "links:\n  - {between: [1.5, h100], bw_gbit_per_s: 200}\n",
+     f"error: links[0].between: expected a pool name (text), got 1.5 {QUOTE_FIX}"),
+    ("{name: a100, cluster: dgx-a100-80gb, gpus: 8}", "links:\n  - {between: [a100, true], bw_gbit_per_s: 200}\n",
+     f"error: links[0].between: expected a pool name (text), got true {QUOTE_FIX}"),
+])
+def test_a_pool_name_is_text_in_the_pool_and_in_a_link(tmp_path, pools, links, line):
+    path = tmp_path / "mix.yaml"
+    path.write_text(f"name: mix\npools:\n  - {pools}\n  - {{name: h100, cluster: dgx-h100, gpus: 8}}\n{links}")
+    assert one_line_error(run("hardware", "show", path)) == line
+
+
+def test_a_quoted_number_is_a_pool_name_in_the_pool_a_link_and_a_group(tmp_path):
+    path = tmp_path / "mix.yaml"
+    path.write_text("name: mix\npools:\n  - {name: '010', cluster: dgx-a100-80gb, gpus: 8}\n"
+                    "  - {name: h100, cluster: dgx-h100, gpus: 8}\n"
+                    "links:\n  - {between: ['010', h100], bw_gbit_per_s: 200, latency_us: 5}\n")
+    from hardware_specs.catalog import load_pooled_cluster
+    cluster = load_pooled_cluster(str(path))
+    assert [p.name for p in cluster.pools] == ["010", "h100"] and cluster.links[0].pools == ("010", "h100")
+    res = run("simulate", "-m", "llama3-8b", "-c", path, "--global-batch", 16, "--group", "1x 010:tp8:pp1")
+    assert res.exit_code == 0, res.output
