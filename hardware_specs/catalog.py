@@ -221,19 +221,29 @@ def _closest(name: str, known) -> str:
     return "; " + hint if hint.startswith("did you mean") else ""
 
 
+def _bandwidth(data: dict, where: str) -> float:
+    """A network tier's or a pool link's bandwidth per GPU, one direction, in bytes/s, from
+    ``bw_gbit_per_s`` (Gb/s) or ``bw_gb_per_s`` (GB/s): one of them, checked in its own unit. With
+    neither, the error names both (it had said only "bw_gb_per_s: missing", where the README's
+    files write bw_gbit_per_s)."""
+    if "bw_gbit_per_s" in data and "bw_gb_per_s" in data:
+        raise InputError(f"{where}.bw_gb_per_s", "given with bw_gbit_per_s",
+                         "keep one: bw_gbit_per_s (Gb/s) or bw_gb_per_s (GB/s)")
+    if data.get("bw_gbit_per_s") is None and data.get("bw_gb_per_s") is None:
+        raise InputError(f"{where}.bw_gbit_per_s", "missing",
+                         "add the bandwidth per GPU, one direction: bw_gbit_per_s (Gb/s) or bw_gb_per_s (GB/s)")
+    if "bw_gbit_per_s" in data:
+        return _number_in_file_unit(data, "bw_gbit_per_s", where, ..., 1e9 / 8,
+                                    "the link's bandwidth per GPU, one direction, in Gb/s") * 1e9 / 8
+    return _number_in_file_unit(data, "bw_gb_per_s", where, ..., 1e9,
+                                "the link's bandwidth per GPU, one direction, in GB/s") * 1e9
+
+
 def _tier_from_dict(data: Any, where: str, default_kind: str) -> NetworkTier:
     if not isinstance(data, dict):
         raise InputError(where, "must be a mapping with kind, bw_gbit_per_s (or bw_gb_per_s), latency_us")
     refuse_unknown_keys(data, TIER_KEYS, where)
-    if "bw_gbit_per_s" in data and "bw_gb_per_s" in data:
-        raise InputError(f"{where}.bw_gb_per_s", "given with bw_gbit_per_s",
-                         "keep one: bw_gbit_per_s (Gb/s) or bw_gb_per_s (GB/s)")
-    if "bw_gbit_per_s" in data:
-        bw = _number_in_file_unit(data, "bw_gbit_per_s", where, ..., 1e9 / 8,
-                          "the link's bandwidth per GPU, one direction, in Gb/s") * 1e9 / 8
-    else:
-        bw = _number_in_file_unit(data, "bw_gb_per_s", where, ..., 1e9,
-                          "the link's bandwidth per GPU, one direction, in GB/s") * 1e9
+    bw = _bandwidth(data, where)
     busbw = _number_in_file_unit(data, "communicator_busbw_gb_per_s", where, None, 1e9,
                          "a measured all-reduce bus bandwidth across nodes in GB/s, or leave the key out")
     latency = _number_in_file_unit(data, "latency_us", where, 5.0, 1e-6,
@@ -414,15 +424,7 @@ def _link_from_dict(data: dict, index: int) -> PoolLink:
     ends = [_pool_name(end, f"links[{index}].between") for end in ends]
     where = f"links.{ends[0]}-{ends[1]}"
     refuse_unknown_keys(data, LINK_KEYS, where)
-    if "bw_gbit_per_s" in data and "bw_gb_per_s" in data:
-        raise InputError(f"{where}.bw_gb_per_s", "given with bw_gbit_per_s",
-                         "keep one: bw_gbit_per_s (Gb/s) or bw_gb_per_s (GB/s)")
-    if "bw_gbit_per_s" in data:
-        bw = _number_in_file_unit(data, "bw_gbit_per_s", where, ..., 1e9 / 8,
-                          "the link's bandwidth per GPU, one direction, in Gb/s") * 1e9 / 8
-    else:
-        bw = _number_in_file_unit(data, "bw_gb_per_s", where, ..., 1e9,
-                          "the link's bandwidth per GPU, one direction, in GB/s") * 1e9
+    bw = _bandwidth(data, where)
     latency = _number_in_file_unit(data, "latency_us", where, 10.0, 1e-6,
                            "one message's start-up time in microseconds", allow_zero=True)
     return PoolLink(pools=(ends[0], ends[1]), bw_bytes_per_s=bw, latency_s=latency * 1e-6,

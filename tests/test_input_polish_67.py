@@ -127,3 +127,28 @@ def test_a_quoted_number_is_a_pool_name_in_the_pool_a_link_and_a_group(tmp_path)
     assert [p.name for p in cluster.pools] == ["010", "h100"] and cluster.links[0].pools == ("010", "h100")
     res = run("simulate", "-m", "llama3-8b", "-c", path, "--global-batch", 16, "--group", "1x 010:tp8:pp1")
     assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("text, line", [
+    ("name: mix\npools:\n  - {name: a100, cluster: dgx-a100-80gb, gpus: 8}\n  - {name: h100, cluster: dgx-h100, gpus: 8}\n"
+     "links:\n  - {between: [a100, h100], latency_us: 5}\n",
+     "error: links.a100-h100.bw_gbit_per_s: missing "
+     "(add the bandwidth per GPU, one direction: bw_gbit_per_s (Gb/s) or bw_gb_per_s (GB/s))"),
+    ("name: box\ngpu: h100-sxm-80gb\ngpus_per_node: 8\nscaleout: {kind: roce, latency_us: 5}\n",
+     "error: cluster box.scaleout.bw_gbit_per_s: missing "
+     "(add the bandwidth per GPU, one direction: bw_gbit_per_s (Gb/s) or bw_gb_per_s (GB/s))"),
+])
+def test_a_link_or_tier_without_a_bandwidth_names_both_of_its_keys(tmp_path, text, line):
+    # it said 'bw_gb_per_s: missing (add 'bw_gb_per_s:' to the file)', the key the README's files do not write
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    assert one_line_error(run("hardware", "show", path)) == line
+
+
+def test_a_link_names_its_own_bad_field(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: mix\npools:\n  - {name: a100, cluster: dgx-a100-80gb, gpus: 8}\n"
+                    "  - {name: h100, cluster: dgx-h100, gpus: 8}\n"
+                    "links:\n  - {between: [a100, h100], bw_gbit_per_s: 200, latency_us: -5}\n")
+    assert one_line_error(run("hardware", "show", path)) == \
+        "error: links.a100-h100.latency_us: must be >= 0, got -5.0 (one message's start-up time in microseconds)"
