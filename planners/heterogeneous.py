@@ -44,6 +44,7 @@ from planners import hetero_options as opts
 from planners import hetero_unmerge as unmerge
 from planners.hetero_explain import explain_text, layout_text
 from planners.hetero_pipelines import Layout, Pipelines, fits_memory, lay_out, layer_cap_bound, might_fit
+from planners.infeasible import sequence_text
 from planners.plan import resolve_global_batch
 from simulator import headroom
 from simulator.config_batch import RECOMPUTE_CODES
@@ -735,8 +736,9 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
                 scored += [replace(f, members=members) for f in found] if members else found
     table, refs = _ranked(scored, model, gbs, top, cluster, effs_all)
     if table.empty:
-        raise InputError("memory", f"no plan of {model.name} fits any pool of {cluster.name} in memory",
-                         "add GPUs, allow recomputation or ZeRO, or use a smaller global batch")
+        raise InputError("memory", f"no plan of {model.name} at {sequence_text(model)} fits any pool of "
+                         f"{cluster.name} in memory",
+                         "add GPUs, allow recomputation or ZeRO, or use a smaller global batch or shorter sequences")
     evaluated = sum(len(s.zero) for s in scored)
     best_plan, best_cluster = refs[0]
     best_report = simulate_heterogeneous(model, best_cluster, best_plan, _eff_map(best_cluster, cluster, effs_all))

@@ -553,6 +553,25 @@ def _binding_fixed(model, cluster, eff, c: SearchConstraints, limit: float) -> t
     return alone, together
 
 
+def sequence_text(model: ModelSpec) -> str:
+    """The sequence length a memory error names (activations and the KV of attention grow with
+    it, so a --seq-len of 1e9 had been reported as 'nothing fits' without it): '8,192-token
+    sequences', and where the model states a shorter context, that too."""
+    text = f"{model.seq_len:,}-token sequences"
+    if 0 < model.max_context_tokens < model.seq_len:
+        text += f" (longer than the model's {model.max_context_tokens:,}-token context)"
+    return text
+
+
+def _shorter_sequences(model: ModelSpec, cluster, eff, c: SearchConstraints, limit: float) -> str | None:
+    """'sequences of at most 8,192 tokens (--seq-len 8192 fits)' where the sequences are longer
+    than the model's stated context and something fits at that context, else None."""
+    ctx = model.max_context_tokens
+    if not 0 < ctx < model.seq_len or not _something_fits(replace(model, seq_len=ctx), cluster, eff, c, limit):
+        return None
+    return f"sequences of at most {ctx:,} tokens (--seq-len {ctx} fits)"
+
+
 def nothing_fits(model: ModelSpec, cluster, eff, c: SearchConstraints, space, ev, limit: float,
                  headroom_gib: float) -> InputError:
     """The error for a request whose valid configurations all exceed the memory limit, or fit in
@@ -560,6 +579,9 @@ def nothing_fits(model: ModelSpec, cluster, eff, c: SearchConstraints, space, ev
     fixes = []
     lacks = set(c.stack_lacks)
     over_gpu = ev.min_memory_row >= 0
+    shorter = _shorter_sequences(model, cluster, eff, c, limit)
+    if shorter:
+        fixes.append(shorter)
     # each suggestion is one a search under it shows to fit: more GPUs (2x-16x; with fixed tp, pp,
     # cp and ZeRO-0 every count needs the same per GPU), freeing fixed values, a wider tp, less headroom
     more = _more_gpus(model, cluster, eff, c, limit)
@@ -591,7 +613,7 @@ def nothing_fits(model: ModelSpec, cluster, eff, c: SearchConstraints, space, ev
                      "--offload-optimizer-fraction 1 prices one layout so)")
     hbm = cluster.gpu.hbm_bytes
     where = f"{limit / GIB:.1f} GiB per GPU" + (f" ({hbm / GIB:.0f} GiB HBM - {headroom_gib:g} GiB headroom)"
-                                                if headroom_gib > 0 else "")
+                                                if headroom_gib > 0 else "") + f" at {sequence_text(model)}"
     if over_gpu:
         smallest = _describe(space, ev.min_memory_row, space.dtypes[ev.min_memory_dtype], ev.min_memory_offload)
         message = (f"nothing fits in {where}: the smallest of {ev.evaluated:,} configurations "

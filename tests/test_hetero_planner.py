@@ -179,7 +179,7 @@ def test_70b_on_256_a100_and_256_h100_beats_either_pool_alone():
 
 def test_a_request_nothing_fits_and_a_dtype_a_pool_lacks_are_one_line_errors():
     tiny = PooledCluster("tiny", (Pool("a", A40, 1),))
-    with pytest.raises(InputError, match="memory: no plan of llama3-70b fits"):
+    with pytest.raises(InputError, match="memory: no plan of llama3-70b at 8,192-token sequences fits any pool of tiny in memory"):
         plan_heterogeneous("llama3-70b", tiny, global_batch=8, max_micro_batch=1, zeros=(0,))
     turing = PooledCluster("t", (Pool("a", A100, 8), Pool("t", load_cluster("dgx-a100-80gb").with_gpu(
         __import__("hardware_specs.catalog", fromlist=["load_gpu"]).load_gpu("titan-rtx")), 8)))

@@ -152,3 +152,22 @@ def test_a_link_names_its_own_bad_field(tmp_path):
                     "links:\n  - {between: [a100, h100], bw_gbit_per_s: 200, latency_us: -5}\n")
     assert one_line_error(run("hardware", "show", path)) == \
         "error: links.a100-h100.latency_us: must be >= 0, got -5.0 (one message's start-up time in microseconds)"
+
+
+def test_plan_at_a_sequence_too_long_to_fit_names_it_and_the_length_that_fits():
+    # --seq-len 1000000000 said only 'nothing fits in 76.0 GiB per GPU ... needs 63065.0 GiB (use the
+    # optimizer states on the host ...)'
+    got = one_line_error(run("plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", 16, "--global-batch", 4,
+                             "--seq-len", 1000000000))
+    assert got.startswith("error: memory: nothing fits in 76.0 GiB per GPU (80 GiB HBM - 4 GiB headroom) at "
+                          "1,000,000,000-token sequences (longer than the model's 8,192-token context): the smallest")
+    assert "(use sequences of at most 8,192 tokens (--seq-len 8192 fits), or the optimizer states" in got
+
+
+def test_plan_on_a_pooled_cluster_at_a_sequence_too_long_to_fit_names_it():
+    # 'no plan of llama3-8b fits any pool of a100-h100 in memory (add GPUs, ... or use a smaller global batch)'
+    got = one_line_error(run("plan", "-m", "llama3-8b", "-c", ROOT / "examples/clusters/a100-h100.yaml",
+                             "--global-batch", 4, "--seq-len", 1000000000))
+    assert got == ("error: memory: no plan of llama3-8b at 1,000,000,000-token sequences (longer than the model's "
+                   "8,192-token context) fits any pool of a100-h100 in memory (add GPUs, allow recomputation or ZeRO, "
+                   "or use a smaller global batch or shorter sequences)")

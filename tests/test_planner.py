@@ -556,7 +556,8 @@ def test_nothing_fits_names_a_row_over_the_gpu_memory_and_says_when_the_host_bin
     with pytest.raises(InputError) as err:       # only the row the host limits
         plan("llama3-8b", "dgx-a100-80gb", 8, 64, space_chunk_rows=space_chunk_rows,
              fixed={**GPIPE_8B["fixed"], "sequence_parallel": True})
-    assert err.value.message.startswith("nothing fits in 76.0 GiB per GPU (80 GiB HBM - 4 GiB headroom) without "
+    assert err.value.message.startswith("nothing fits in 76.0 GiB per GPU (80 GiB HBM - 4 GiB headroom) at 8,192-token sequences "
+                                        "without "
                                         "offloading more activations than the host holds: the smallest of 1 ")
     assert "needs 2,310.0 GiB of host memory" in err.value.message and "more host memory" in err.value.fix
     assert "--offload-optimizer-fraction" not in err.value.fix     # more on the host does not help
