@@ -70,8 +70,8 @@ def suggest(name: str, known: Iterable[str]) -> str:
     close = close[:3]
     if close:
         return "did you mean " + ", ".join(close) + "?"
-    shown = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
-    return f"known: {shown}"
+    listed = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
+    return f"known: {listed}"
 
 
 #: a number in exponent notation that PyYAML (YAML 1.1) reads as text: 1e7, 1.0e7, 5E-3 (only a
@@ -99,8 +99,8 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 def check_name(field: str, name: str) -> str:
     """``name`` if it is a safe name (``SAFE_NAME``), else ``InputError``."""
     if not SAFE_NAME.match(name):
-        shown = name if len(name) <= 40 else name[:40] + "..."
-        raise InputError(field, f"{shown!r} is not a name: letters, digits and . _ + - only, at most 128, "
+        cut = name if len(name) <= 40 else name[:40] + "..."
+        raise InputError(field, f"{cut!r} is not a name: letters, digits and . _ + - only, at most 128, "
                          "starting with a letter or digit", "rename it with those characters only")
     return name
 
