@@ -141,21 +141,33 @@ def _resolve(name_or_path: str) -> Path:
     return _resolve_name(name_or_path)
 
 
-def _resolve_name(name: str) -> Path:
+def preset_path(name: str) -> Path | None:
     """The catalog file a preset name or alias names (``PARAPLAN_MODEL_PATH`` and the built-in
-    folder), never a path: a file or folder of that name in the working directory is not read."""
+    folder), never a path: a file or folder of that name in the working directory is not read;
+    None for an unknown name (a caller trying many spellings pays for no 'did you mean' hint)."""
     entries = _entries()
-    name_or_path = str(name)
-    key = name_or_path.strip().lower()
+    key = str(name).strip().lower()
     if key in entries:
         return entries[key]
-    by_canonical = {_canonical(k): p for k, p in entries.items()}
+    by_canonical = _canonical_index(tuple(entries.items()))
     if _canonical(key) in by_canonical:
         return by_canonical[_canonical(key)]
-    aliased = _aliased().get(_canonical(key))
-    if aliased is not None:
-        return aliased
-    raise InputError("model", f"unknown model '{name_or_path}'", suggest(key, entries))
+    return _aliased().get(_canonical(key))
+
+
+@lru_cache(maxsize=None)
+def _canonical_index(entries: tuple) -> dict[str, Path]:
+    """{canonical name: file} of ``_entries()``'s items (memoised: validation looks up thousands
+    of spellings against the same catalog)."""
+    return {_canonical(k): p for k, p in entries}
+
+
+def _resolve_name(name: str) -> Path:
+    """``preset_path``, an ``InputError`` with the closest names for an unknown name."""
+    found = preset_path(name)
+    if found is None:
+        raise InputError("model", f"unknown model '{name}'", suggest(str(name).strip().lower(), _entries()))
+    return found
 
 
 def _aliased() -> dict[str, Path]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from hardware_specs.errors import InputError
-from model_specs.catalog import load_preset
+from model_specs.catalog import load_preset, preset_path
 
 #: a checkpoint's name beyond its model's: instruction or chat tuning, a quantised export, the 16-bit
 #: release named as such (NVIDIA's ``-BF16``), a dated release (``-0528``, ``-2507``) and the like change
@@ -31,6 +31,8 @@ def preset_named(text) -> str | None:
         # the whole name first, then one suffix shorter at a time (DeepSeek-V3.1 is a name of its
         # own before "-v3.1" would read as a version suffix)
         for candidate in (name, re.sub(r"^meta[-_ ]", "", name)):
+            if preset_path(candidate) is None:      # unknown: skip load_preset's 'did you mean' search
+                continue
             try:
                 return load_preset(candidate).name
             except InputError:
