@@ -33,13 +33,24 @@ def pytest_unconfigure(config):
 
 
 @pytest.fixture(scope="session")
-def bundled_rows_by_generation():
-    """The bundled published runs, prepared for prediction and split by GPU generation."""
+def bundled_prepared():
+    """The bundled published runs prepared for prediction, with why each left-out row is left
+    out: (rows as dicts, ``predict.Prepared``, {row id: skip reason}). Preparing every row takes
+    seconds; under ``--dist loadscope`` a worker prepares them once for all its modules."""
     from paraplan.validation.datasets import BUNDLED_DIR, PUBLISHED_RUNS
-    from paraplan.validation.fit import by_generation
     from paraplan.validation.predict import prepare
     from paraplan.validation.published import read_runs
-    return by_generation(prepare(read_runs(BUNDLED_DIR / PUBLISHED_RUNS).to_dict("records")))
+    records = read_runs(BUNDLED_DIR / PUBLISHED_RUNS).to_dict("records")
+    skipped: dict = {}
+    prepared = prepare(records, on_skip=lambda i, reason: skipped.__setitem__(records[i]["id"], reason))
+    return records, prepared, skipped
+
+
+@pytest.fixture(scope="session")
+def bundled_rows_by_generation(bundled_prepared):
+    """The bundled published runs, prepared for prediction and split by GPU generation."""
+    from paraplan.validation.fit import by_generation
+    return by_generation(bundled_prepared[1])
 
 
 def cores_for_this_worker() -> int:

@@ -13,14 +13,11 @@ and with g/a -> 1 (MHA) instead of the model's 8 KV heads:
        GQA 1 + 1/12 + 2/9 + 4 + 0.072338 = 5.377894; MHA 2 + 2/9 + 4 + 0.072338 = 6.294560
        ratio 1.17045
 """
-from pathlib import Path
 
 import pytest
 
-from paraplan.validation.predict import _convention_mismatches, prepare
-from paraplan.validation.published import read_runs
+from paraplan.validation.predict import _convention_mismatches
 
-ROOT = Path(__file__).resolve().parents[1]
 RATIO_15B = 7.317708 / 6.484375
 RATIO_340B = 6.294560 / 5.377894
 NEMOTRON_MFU = {**{f"DGXC2411-15b-{r}:mfu": RATIO_15B
@@ -47,10 +44,8 @@ def test_iter_time_row_is_the_partner():
     assert out == {}
 
 
-def test_nemotron4_dgxc_mfu_rows_skipped_at_the_hand_ratio():
-    records = read_runs(ROOT / "paraplan/data/validation/published_runs.csv").to_dict("records")
-    skipped = {}
-    prepare(records, on_skip=lambda i, reason: skipped.__setitem__(records[i]["id"], reason))
+def test_nemotron4_dgxc_mfu_rows_skipped_at_the_hand_ratio(bundled_prepared):
+    _, _, skipped = bundled_prepared        # the bundled published_runs.csv, every row prepared
     flops = {k: v for k, v in skipped.items() if "FLOPs of convention" in v}
     for rid, ratio in NEMOTRON_MFU.items():
         assert "iter_time_s row is used" in flops[rid]
