@@ -9,12 +9,19 @@ second, gave a slower best plan.
 
 The neighbours are the splits one layer away: one layer from the last of a class's larger
 stages to a stage of another class (its first smaller stage, or its first stage when all are
-equal), each stage keeping at least one layer and within its class's memory cap, whose slowest
-stage is within ``NEAR`` of the min-max split's. A neighbour
-can only win where its lower bound (its receiving stage's time x micro-batches, then
-``pipeline.bound.flush_lower_bound_s``) is below the min-max split's makespan (bounded above by
-sum of stages + (m - 1) x slowest, then exact); those few are priced exactly and the least
-makespan (with the weight casts, which differ by pool) wins, the min-max split on ties.
+equal), each stage keeping at least one layer and within its class's memory cap. Any of them may
+win whatever its slowest stage: a layer moved from a slow pool to a fast one shortens the sum of
+the stages (the fill and drain every flush pays) by the difference of the two pools' times per
+layer, which can outweigh the (m - 1) x the slowest stage's growth. GPT-3 1.3B, 16 sequences,
+1 x (h100 tp2 pp3 > a100 tp4 pp2), 8 micro-batches of 2 on 8 A100 + 6 H100 joined at 400 Gb/s,
+1 us: the min-max [5,6,6] > [4,3] (slowest 14.080 ms) flushes slower than [6,6,6] > [4,2]
+(slowest 14.096 ms, +0.12%: one H100 layer, 2.31 ms, for one A100 layer, 2.83 ms); a cut of the
+neighbours to those within 0.1% of the min-max's slowest stage kept it at 5 us (whose min-max
+slowest stage is 4 us longer) and lost it at 1 us, so the faster link gave the lower best plan.
+A neighbour can only win where its lower bound (its receiving stage's time x micro-batches,
+then ``pipeline.bound.flush_lower_bound_s``) is below the min-max split's makespan (bounded
+above by sum of stages + (m - 1) x slowest, then exact); those few are priced exactly and the
+least makespan (with the weight casts, which differ by pool) wins, the min-max split on ties.
 Vectorized over candidates; groups whose micro-batches the shares set (NaN) keep the min-max
 split.
 """
@@ -25,10 +32,6 @@ import numpy as np
 from planners.hetero_split import Split
 from simulator.heterogeneous.group_makespan import group_lower_bounds_s, group_makespans_s
 
-#: the neighbours tried: those whose slowest stage is within this share of the min-max split's
-#: (each micro-batch pays the difference, so only near-ties can win on where the slow stage
-#: sits; the case above differs by 0.056%); pricing every neighbour exactly took a 2 s search to 20 s
-NEAR = 1e-3
 #: how far above the fastest candidates' pipelines one is still refined (its step's other
 #: parts, the exposed data-parallel traffic and the optimizer, are not known here)
 RANK_MARGIN = 0.05
@@ -101,7 +104,7 @@ def refine_split(schedule, split: Split, mult, pos, cap, f1, f0, b1, b0, cast1, 
             s_give = np.clip(np.where(cl[rows, j] > 0, pos[rows, j] + ch[rows, j], pos[rows, j]), 0, S - 1)
             ok = used[rows, i] & used[rows, j] & (L[r_all, s_take] >= 2) & (L[r_all, s_give] + 1 <= cap[rows, j])
             t_new = T[r_all, s_give] + t1[rows, j]
-            ok &= (t_new <= T.max(axis=1) * (1.0 + NEAR)) & (np.maximum(np.rint(m), 1) * t_new < upper)
+            ok &= (np.maximum(np.rint(m), 1) * t_new < upper)
             r = np.flatnonzero(ok)
             moves.append(np.stack([r, np.full(len(r), i), np.full(len(r), j), s_take[r], s_give[r]], axis=1))
     mv = np.concatenate(moves) if moves else np.zeros((0, 5), dtype=np.int64)

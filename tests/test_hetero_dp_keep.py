@@ -116,12 +116,10 @@ def test_growing_or_adding_a_pool_never_lowers_the_best(counts, pool, more, mode
         assert base >= alone.best_report.tokens_per_s * (1 - 1e-12)
 
 
-@pytest.mark.parametrize("counts, model, gbs", [
-    pytest.param(*CASES[0][:1], *CASES[0][3:], marks=pytest.mark.xfail(strict=True, reason=(
-        "pipeline mix's layer split: on the 1-us link the search returns 2x h100 tp1 pp3 [6,6,5] > a100 tp2 pp2 "
-        "[4,3] (191,883 tokens/s) while the 5-us link's best, 1x h100 tp2 pp3 [3x6] > a100 tp4 pp2 [4,2], runs "
-        "192,209 on it (192,164 on 5 us): not the data-parallel cut; open"))),
-    *[c[:1] + c[3:] for c in CASES[1:]]])
+# CASES[0] (8 A100 + 6 H100, GPT-3 1.3B, 16 sequences) lost the 5-us link's best on the 1-us link
+# until the layer split's neighbours were no longer cut to within 0.1% of the min-max split's
+# slowest stage (``planners.hetero_refine``; test_hetero_refine_neighbours.py)
+@pytest.mark.parametrize("counts, model, gbs", [c[:1] + c[3:] for c in CASES])
 def test_a_faster_link_never_lowers_the_best(counts, model, gbs):
     kw = dict(model=model, gbs=gbs, max_micro_batch=2)
     base = _best(counts, **kw)[0].best_report.tokens_per_s
