@@ -66,8 +66,9 @@ def _megatron_core(m: ModelSpec, B: float, causal: bool) -> float:
         if moe.latent_size:
             # LatentMoE: the routed experts run latent_size wide, plus the h x latent projections
             # down and up (Megatron-LM training.py num_floating_point_operations, "Routed experts
-            # run on moe_latent_size" / "Up proj and down proj", at d98e8a64dd)
-            routed = moe.top_k * moe.expert_ffn_hidden_size * mult * moe.latent_size / h + 2.0 * moe.latent_size
+            # run on moe_latent_size" / "Up proj and down proj", at d98e8a64dd: 6 h (k f e r / h
+            # + 2 r) a token with e = 2 mult, which is 12 h^2 (k f mult r / h + r) / h here)
+            routed = moe.top_k * moe.expert_ffn_hidden_size * mult * moe.latent_size / h + moe.latent_size
             moe_term = (routed + moe.num_shared_experts * shared_f * mult) / h
         dense_f = moe.dense_ffn_hidden_size or m.ffn_hidden_size
         dense_term = dense_f / h * mult
