@@ -369,13 +369,13 @@ def _pool_error(exc: InputError, pool: str, cluster_where: str) -> InputError:
     return InputError(f"pools.{pool}.{field}", exc.message, exc.fix)
 
 
-def _pool_name(value, field: str) -> str:
+def _pool_name(value, field: str, missing_fix: str = "give every pool a name") -> str:
     """A pool's name as a pooled file writes it (its own ``name:`` or an end of a link's
     ``between``): text only. YAML reads an unquoted 010 as the number 8, 1:20 as 80, true as a
     boolean, so a number was taken by the digits YAML made of it (pool '8' for ``name: 010``) and
     a link's ``between: [1.5, true]`` found pools named '1.5' and 'True'."""
     if value is None or (isinstance(value, str) and not value.strip()):
-        raise InputError(field, "missing", "give every pool a name")
+        raise InputError(field, "missing", missing_fix)
     if not isinstance(value, str):
         raise InputError(field, f"expected a pool name (text), got {shown(value)}",
                          "quote it: YAML reads an unquoted 010, 1.5 or true as a number or a boolean")
@@ -421,7 +421,7 @@ def _link_from_dict(data: dict, index: int) -> PoolLink:
     ends = data.get("between")
     if not isinstance(ends, (list, tuple)) or len(ends) != 2:
         raise InputError(f"links[{index}].between", f"must name two pools, got {shown(ends)}", "write between: [a, b]")
-    ends = [_pool_name(end, f"links[{index}].between") for end in ends]
+    ends = [_pool_name(end, f"links[{index}].between", "name the two pools it joins: between: [a, b]") for end in ends]
     where = f"links.{ends[0]}-{ends[1]}"
     refuse_unknown_keys(data, LINK_KEYS, where)
     bw = _bandwidth(data, where)

@@ -215,9 +215,13 @@ def digits_text(value) -> str | None:
 def shown(value) -> str:
     """``value`` as an error message quotes it, spelled as a user types it in a YAML file or a
     flag: ``true`` / ``false`` for a boolean (Python's ``repr`` says ``True``, which no input file
-    or flag of paraplan takes), ``digits_text`` for a huge integer, ``repr`` otherwise."""
+    or flag of paraplan takes), ``digits_text`` for a huge integer, a list or tuple item by item
+    the same way, ``repr`` otherwise."""
     if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(shown(v) for v in value)
+        return f"[{items}]" if isinstance(value, list) else f"({items}{',' if len(value) == 1 else ''})"
     return digits_text(value) or repr(value)
 
 

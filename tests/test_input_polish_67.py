@@ -24,6 +24,9 @@ def _edited(tmp_path, source: Path, old: str, new: str) -> Path:
 def test_an_error_quotes_a_boolean_as_yaml_writes_it_and_anything_else_as_repr():
     assert [shown(v) for v in (True, False, np.bool_(True), 1, 2.5, "true", 10**40)] == \
         ["true", "false", "true", "1", "2.5", "'true'", "an integer of 41 digits"]
+    # inside a list or tuple too (a link's between: [a100, true, h100] had quoted Python's True)
+    assert [shown(v) for v in (["a100", True, 3], ("x", False), ("x",), [])] == \
+        ["['a100', true, 3]", "('x', false)", "('x',)", "[]"]
 
 
 @pytest.mark.parametrize("old, new, line", [
@@ -110,6 +113,11 @@ QUOTE_FIX = "(quote it: YAML reads an unquoted 010, 1.5 or true as a number or a
      f"error: links[0].between: expected a pool name (text), got 1.5 {QUOTE_FIX}"),
     ("{name: a100, cluster: dgx-a100-80gb, gpus: 8}", "links:\n  - {between: [a100, true], bw_gbit_per_s: 200}\n",
      f"error: links[0].between: expected a pool name (text), got true {QUOTE_FIX}"),
+    # a link's missing end asks for the link's two pools, not for every pool's name (review)
+    ("{name: a100, cluster: dgx-a100-80gb, gpus: 8}", "links:\n  - {between: [a100, null], bw_gbit_per_s: 200}\n",
+     "error: links[0].between: missing (name the two pools it joins: between: [a, b])"),
+    ("{name: a100, cluster: dgx-a100-80gb, gpus: 8}", "links:\n  - {between: [a100, true, h100], bw_gbit_per_s: 200}\n",
+     "error: links[0].between: must name two pools, got ['a100', true, 'h100'] (write between: [a, b])"),
 ])
 def test_a_pool_name_is_text_in_the_pool_and_in_a_link(tmp_path, pools, links, line):
     path = tmp_path / "mix.yaml"
