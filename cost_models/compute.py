@@ -19,6 +19,7 @@ Every function takes numpy arrays or scalars (planner and simulator share them).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -117,6 +118,12 @@ _TILE_M = np.array([t[0] for t in GEMM_TILES])
 _TILE_N = np.array([t[1] for t in GEMM_TILES])
 
 
+#: largest operand (elements) whose wave shape factor is memoised: the planner's and the fitters'
+#: calls are small arrays of a few GEMM shapes, asked again and again (the fit's trials price the
+#: same rows with other efficiency factors, which this factor does not read)
+_MEMO_ELEMENTS = 64
+
+
 def wave_shape_factor(m, n, k, sm_count, k_stage_scale=1.0, with_waves=False):
     """Fraction of the plateau a (m, n, k) GEMM reaches on a GPU of ``sm_count`` SMs.
 
@@ -135,6 +142,33 @@ def wave_shape_factor(m, n, k, sm_count, k_stage_scale=1.0, with_waves=False):
     fill that idle part).
     """
     m, n, k = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k))
+    if m.size <= _MEMO_ELEMENTS and n.size <= _MEMO_ELEMENTS and k.size <= _MEMO_ELEMENTS \
+            and np.isfinite(m).all() and np.isfinite(n).all() and np.isfinite(k).all():
+        # finite operands only: inf or NaN print numpy warnings, which a memoised answer would hide
+        try:
+            out = _wave_shape_memo(m.shape, m.tobytes(), n.shape, n.tobytes(), k.shape, k.tobytes(),
+                                   sm_count, k_stage_scale, with_waves)
+        except TypeError:            # an unhashable sm_count or k_stage_scale (an array): no memo
+            return _wave_shape(m, n, k, sm_count, k_stage_scale, with_waves)
+        # a copy of an array result: a caller writing into it must not change the memo
+        return tuple(_fresh(x) for x in out) if with_waves else _fresh(out)
+    return _wave_shape(m, n, k, sm_count, k_stage_scale, with_waves)
+
+
+def _fresh(x):
+    return x.copy() if isinstance(x, np.ndarray) else x
+
+
+@lru_cache(maxsize=8192, typed=True)     # typed: 132 and 132.0 stay two keys
+def _wave_shape_memo(m_shape, m_bytes, n_shape, n_bytes, k_shape, k_bytes, sm_count, k_stage_scale, with_waves):
+    """``_wave_shape`` of the operands given as (shape, float64 bytes): the same numbers, memoised."""
+    m, n, k = (np.frombuffer(b, dtype=float).reshape(shape)
+               for shape, b in ((m_shape, m_bytes), (n_shape, n_bytes), (k_shape, k_bytes)))
+    return _wave_shape(m, n, k, sm_count, k_stage_scale, with_waves)
+
+
+def _wave_shape(m, n, k, sm_count, k_stage_scale, with_waves):
+    """``wave_shape_factor`` of float operands already raised to at least 1."""
     # every candidate tile at once along a leading axis (one pass of array operations, not one
     # per tile: the planner calls this tens of thousands of times on small arrays)
     shape = (len(GEMM_TILES),) + (1,) * max(m.ndim, n.ndim, k.ndim)
