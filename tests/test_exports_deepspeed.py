@@ -80,6 +80,8 @@ def test_deepspeed_config_accepts_every_matrix_export_and_reads_the_planned_batc
     # the gradient reduction the plan priced: its dtype and bucket (in elements)
     import torch
     assert config.communication_data_type == (torch.float32 if p["grad_reduce_bytes"] == 4 else torch.bfloat16)
+    if p["cp"] > 1:         # what the engine reduces gradients in under Ulysses (engine.py:2181-2182)
+        assert config.seq_parallel_communication_data_type == config.communication_data_type
     assert config.zero_config.reduce_bucket_size == max(p["grad_bucket_elements"], p["grad_bucket_elements_per_dp"] * p["dp"])
     # as engine.py:851-864 calls it: the offload flags from the config's own ZeRO section
     ds["validate_autoep"](config.expert_parallel_config, p["n_gpus"], p["pp"], p["tp"], p["cp"],
@@ -312,3 +314,27 @@ def test_a_layout_leaving_a_stage_no_decoder_layer_is_refused_under_pipeline_lay
         deepspeed.recipe(row)
     assert err.value.field == "pipeline_layout" and "[0, 11, 11, 10]" in err.value.message
     assert err.value.fix.startswith("put a decoder layer on every stage") and "pp <= layers" not in str(err.value)
+
+
+def test_an_fp16_ulysses_plan_reduces_its_gradients_in_fp16_as_priced(ds, monkeypatch):
+    """Under Ulysses DeepSpeed 0.19.8's engine replaces ``communication_data_type`` with
+    ``seq_parallel_communication_data_type`` before it builds the optimizer
+    (``runtime/engine.py:2181-2182``), default fp32 (``runtime/constants.py:236``). An fp16 plan
+    priced with 2-byte gradient reduction (Megatron-Core's fp16 default) had been written with
+    ``communication_data_type: fp16`` alone, so DeepSpeed would all-reduce its gradients in fp32,
+    twice the bytes priced; the export says the plan's dtype under both keys."""
+    import torch
+    row = dict(model="llama3-8b", seq_len=8192, dp=4, cp=2, cp_kind="ulysses", tp=1, pp=1, micro_batch=1,
+               global_batch=32, zero_stage=1, recompute="none", dtype="fp16", grad_reduce_bytes=2.0)
+    p = plan_fields(row)
+    cfg = json.loads(deepspeed.emit(row))
+    config = build(ds, cfg, p, monkeypatch)
+    assert config.seq_parallel_communication_data_type == config.communication_data_type == torch.float16
+    # the key left out, DeepSpeed's own default is what the engine would reduce in
+    del cfg["seq_parallel_communication_data_type"]
+    assert build(ds, cfg, p, monkeypatch).seq_parallel_communication_data_type == torch.float32
+    # a plan priced with fp32 reduction says fp32 under both
+    cfg32 = deepspeed.config({**row, "grad_reduce_bytes": 4.0})
+    assert cfg32["seq_parallel_communication_data_type"] == cfg32["communication_data_type"] == "fp32"
+    # no Ulysses, no key
+    assert "seq_parallel_communication_data_type" not in deepspeed.config({**row, "cp": 1, "dp": 8})

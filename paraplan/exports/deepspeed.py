@@ -354,6 +354,10 @@ def _config(p: dict) -> dict:
     if p["cp"] > 1:
         cfg["sequence_parallel_size"] = p["cp"]
         cfg["data_parallel_size"] = p["dp"]
+        # under Ulysses the engine reduces gradients in seq_parallel_communication_data_type, not
+        # communication_data_type (runtime/engine.py:2181-2182 at 0.19.8, before the optimizer is
+        # built), whose default is fp32 (runtime/constants.py:236): the plan's dtype, said again
+        cfg["seq_parallel_communication_data_type"] = cfg["communication_data_type"]
     if p["ep"] > 1:
         cfg["expert_parallel"] = {"enabled": True, "autoep_size": p["ep"], "expert_tensor_parallel_size": 1}
     if recompute != Recompute.NONE:
