@@ -338,3 +338,25 @@ def test_an_fp16_ulysses_plan_reduces_its_gradients_in_fp16_as_priced(ds, monkey
     assert cfg32["seq_parallel_communication_data_type"] == cfg32["communication_data_type"] == "fp32"
     # no Ulysses, no key
     assert "seq_parallel_communication_data_type" not in deepspeed.config({**row, "cp": 1, "dp": 8})
+
+
+def test_a_bf16_zero1_plan_priced_as_bf16_optimizer_is_refused_with_optimizer_offload(ds):
+    """DeepSpeed 0.19.8 picks BF16_Optimizer for bf16 + ZeRO-1 + fp32 accumulation only without
+    ZeRO-Offload (``runtime/engine.py:2305-2306``, ``and not self.zero_cpu_offload()``): a
+    Megatron-DeepSpeed plan priced with its whole fp32 gradient all-reduce
+    (``zero1_grad_all_reduce``, 8.39 s where the reduce-scattered plan is 8.30 s for Llama-3-8B
+    on 16 H100s) and the optimizer on the host had been written and would have run DeepSpeed's
+    ZeRO-1 optimizer. Refused on one line; without offload, or priced reduce-scattered, written."""
+    import inspect
+
+    from deepspeed.runtime.engine import DeepSpeedEngine
+    assert "not self.zero_cpu_offload()" in inspect.getsource(DeepSpeedEngine._do_optimizer_sanity_check)
+    row = dict(model="llama3-8b", seq_len=8192, dp=16, tp=1, pp=1, micro_batch=1, global_batch=32, zero_stage=1,
+               recompute="none", dtype="bf16", grad_reduce_bytes=4.0, zero1_grad_all_reduce=True,
+               offload_optimizer_fraction=1.0)
+    with pytest.raises(InputError) as err:
+        deepspeed.emit(row)
+    assert err.value.field == "offload_optimizer_fraction" and "\n" not in str(err.value)
+    assert deepspeed.config({**row, "offload_optimizer_fraction": 0.0})["data_types"] == {"grad_accum_dtype": "fp32"}
+    cfg = deepspeed.config({**row, "zero1_grad_all_reduce": False})
+    assert "data_types" not in cfg and cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"

@@ -25,7 +25,7 @@ the plan's layers per stage, ``partition_method``), ZeRO-2/3 beside a pipeline, 
 beside Ulysses, AutoTP with Megatron-style sequence parallelism (see ``autotp_sequence_parallel``),
 ring / hybrid context parallelism (DeepSpeed's is Ulysses), expert TP, ZeRO-3
 with full recomputation unless the plan priced DeepSpeed's extra parameter gather
-(``zero3_recompute_gather``), ZeRO-3 MoE with Ulysses, and MTP modules (the model code it wraps
+(``zero3_recompute_gather``), ZeRO-3 MoE with Ulysses, ZeRO-Offload of a bf16 ZeRO-1 plan priced as ``BF16_Optimizer`` (``zero1_grad_all_reduce``: DeepSpeed picks it only without offload), and MTP modules (the model code it wraps
 does not train them).
 
 Not refused: AutoTP with ZeRO-3. DeepSpeed trains it since 0.19.4 (deepspeedai/DeepSpeed#8168
@@ -106,6 +106,15 @@ def _check(p: dict) -> None:
     if p.get("offload_optimizer_fraction") and (p["offload_optimizer_fraction"] != 1.0 or p["zero_stage"] == 0):
         raise InputError("offload_optimizer_fraction", "ZeRO-Offload moves the whole optimizer of ZeRO 1-3 to the "
                          "host", "plan with offload_optimizer_fraction 1 and zero_stage >= 1")
+    if (p.get("offload_optimizer_fraction") and p["zero_stage"] == 1 and p["dtype"] == "bf16"
+            and p.get("zero1_grad_all_reduce", False)):
+        # deepspeed/runtime/engine.py:2305-2310 at 0.19.8 (_do_optimizer_sanity_check) picks
+        # BF16_Optimizer for bf16 + ZeRO-1 + fp32 accumulation only "and not self.zero_cpu_offload()":
+        # with the optimizer on the host it builds its ZeRO-1 optimizer, which reduces each rank's
+        # gradient partition (stage_1_and_2.py), not the whole all-reduce priced
+        raise InputError("offload_optimizer_fraction", f"{RELEASE} runs ZeRO-Offload with its ZeRO-1 optimizer, not "
+                         "the BF16_Optimizer whose whole fp32 gradient all-reduce the plan priced "
+                         "(zero1_grad_all_reduce)", "plan without optimizer offload, or with zero1_grad_all_reduce off")
     tp, pp, cp, zero = p["tp"], p["pp"], p["cp"], p["zero_stage"]
     recompute = Recompute(p["recompute"])
     if recompute == Recompute.SELECTIVE and "mlp_fc1" in selective_recompute_modules(p):
