@@ -25,8 +25,9 @@ the plan's layers per stage, ``partition_method``), ZeRO-2/3 beside a pipeline, 
 beside Ulysses, AutoTP with Megatron-style sequence parallelism (see ``autotp_sequence_parallel``),
 ring / hybrid context parallelism (DeepSpeed's is Ulysses), expert TP, ZeRO-3
 with full recomputation unless the plan priced DeepSpeed's extra parameter gather
-(``zero3_recompute_gather``), ZeRO-3 MoE with Ulysses, ZeRO-Offload of a bf16 ZeRO-1 plan priced as ``BF16_Optimizer`` (``zero1_grad_all_reduce``: DeepSpeed picks it only without offload), and MTP modules (the model code it wraps
-does not train them).
+(``zero3_recompute_gather``), ZeRO-3 MoE with Ulysses, ZeRO-Offload of a bf16 ZeRO-1 plan priced
+as ``BF16_Optimizer`` (``zero1_grad_all_reduce``: DeepSpeed picks it only without offload), and
+MTP modules (the model code it wraps does not train them).
 
 Not refused: AutoTP with ZeRO-3. DeepSpeed trains it since 0.19.4 (deepspeedai/DeepSpeed#8168
 removed the block; ``runtime/engine.py`` ``_configure_tensor_parallel_states`` at 0.19.8: "AutoTP +
