@@ -313,7 +313,8 @@ def _top_per_key(score, key_rows, keep: int) -> np.ndarray:
     return idx[(np.arange(len(idx)) - run_start) < keep]
 
 
-def _templates_kept(slowest_s, shared, cells, replicas, keep: int, min_replicas: int = 1) -> np.ndarray:
+def _templates_kept(slowest_s, shared, cells, replicas, keep: int, min_replicas: int = 1,
+                    smaller_sizes: bool = True) -> np.ndarray:
     """Indices of the templates (one pool's, one ZeRO stage) that enter the data-parallel mixes:
     the ``keep`` best rates (``replicas`` / ``slowest_s``, 0 where the template does not fit) of each
     ``shared`` key on this pool (``_top_per_key``), and each template that fits and ranks among the ``keep`` best of
@@ -327,12 +328,13 @@ def _templates_kept(slowest_s, shared, cells, replicas, keep: int, min_replicas:
     template's replicas only grow with the pool: it is kept where fewer than ``keep`` templates of
     its key rank above it there (ties by row order, as ``_top_per_key``). A competitor's time per
     replica there is its ``slowest_s`` here: exact for ZeRO 0, whose layout does not depend on the
-    replicas. Pairs are formed within a key, of the templates that fit only."""
+    replicas. Pairs are formed within a key, of the templates that fit only. ``smaller_sizes``
+    False: this pool's own cut alone (``MAX_PACKED_POOLS``)."""
     ok = np.isfinite(slowest_s)
     rate = np.where(ok, replicas / np.where(ok, slowest_s, 1.0), 0.0)
     kept = _top_per_key(-rate, shared, keep)
     pos = np.flatnonzero(rate > 0)
-    if len(pos) == 0:
+    if not smaller_sizes or len(pos) == 0:
         return kept
     cells, replicas = np.asarray(cells, dtype=np.int64)[pos], np.asarray(replicas, dtype=np.int64)[pos]
     r, s = rate[pos], np.asarray(slowest_s, dtype=float)[pos]
@@ -472,9 +474,8 @@ def _search_pools(model, cluster, effs, settings, search, limits, gbs, keep, top
             shared = np.stack([keys.micro_batch[k], keys.recompute[k], keys.sequence_parallel[k].astype(np.int64)], axis=1)
             # on two pools, also the templates that a smaller size of this pool keeps (``_templates_kept``);
             # on more, this size's cut only: the extras would multiply the mixes over three pools
-            best = (_templates_kept(lay.slowest_s, shared, rows[:, 1] * rows[:, 2], rows[:, 3], keep, 1 + (z > 0))
-                    if len(cluster.pools) <= MAX_PACKED_POOLS else
-                    _top_per_key(-np.where(np.isfinite(lay.slowest_s), rows[:, 3] / lay.slowest_s, 0.0), shared, keep))
+            best = _templates_kept(lay.slowest_s, shared, rows[:, 1] * rows[:, 2], rows[:, 3], keep, 1 + (z > 0),
+                                   smaller_sizes=len(cluster.pools) <= MAX_PACKED_POOLS)
             for i in best:
                 sk = (int(shared[i, 0]), int(shared[i, 1]), int(shared[i, 2]), int(z))
                 per_key.setdefault(sk, []).append(tuple(int(x) for x in rows[i]))
