@@ -99,6 +99,13 @@ def test_a_model_file_without_head_dim_still_takes_hidden_size_over_num_heads():
     assert spec.head_dim == 16
 
 
+def _two_pools(tmp_path, first_pool: str, links: str):
+    """A pooled file of ``first_pool`` (a flow mapping) and 8 H100 named h100, then ``links``."""
+    path = tmp_path / "mix.yaml"
+    path.write_text(f"name: mix\npools:\n  - {first_pool}\n  - {{name: h100, cluster: dgx-h100, gpus: 8}}\n{links}")
+    return path
+
+
 QUOTE_FIX = "(quote it: YAML reads an unquoted 010, 1.5 or true as a number or a boolean)"
 
 
@@ -120,16 +127,12 @@ QUOTE_FIX = "(quote it: YAML reads an unquoted 010, 1.5 or true as a number or a
      "error: links[0].between: must name two pools, got ['a100', true, 'h100'] (write between: [a, b])"),
 ])
 def test_a_pool_name_is_text_in_the_pool_and_in_a_link(tmp_path, pools, links, line):
-    path = tmp_path / "mix.yaml"
-    path.write_text(f"name: mix\npools:\n  - {pools}\n  - {{name: h100, cluster: dgx-h100, gpus: 8}}\n{links}")
-    assert one_line_error(run("hardware", "show", path)) == line
+    assert one_line_error(run("hardware", "show", _two_pools(tmp_path, pools, links))) == line
 
 
 def test_a_quoted_number_is_a_pool_name_in_the_pool_a_link_and_a_group(tmp_path):
-    path = tmp_path / "mix.yaml"
-    path.write_text("name: mix\npools:\n  - {name: '010', cluster: dgx-a100-80gb, gpus: 8}\n"
-                    "  - {name: h100, cluster: dgx-h100, gpus: 8}\n"
-                    "links:\n  - {between: ['010', h100], bw_gbit_per_s: 200, latency_us: 5}\n")
+    path = _two_pools(tmp_path, "{name: '010', cluster: dgx-a100-80gb, gpus: 8}",
+                      "links:\n  - {between: ['010', h100], bw_gbit_per_s: 200, latency_us: 5}\n")
     from hardware_specs.catalog import load_pooled_cluster
     cluster = load_pooled_cluster(str(path))
     assert [p.name for p in cluster.pools] == ["010", "h100"] and cluster.links[0].pools == ("010", "h100")
@@ -154,10 +157,8 @@ def test_a_link_or_tier_without_a_bandwidth_names_both_of_its_keys(tmp_path, tex
 
 
 def test_a_link_names_its_own_bad_field(tmp_path):
-    path = tmp_path / "c.yaml"
-    path.write_text("name: mix\npools:\n  - {name: a100, cluster: dgx-a100-80gb, gpus: 8}\n"
-                    "  - {name: h100, cluster: dgx-h100, gpus: 8}\n"
-                    "links:\n  - {between: [a100, h100], bw_gbit_per_s: 200, latency_us: -5}\n")
+    path = _two_pools(tmp_path, "{name: a100, cluster: dgx-a100-80gb, gpus: 8}",
+                      "links:\n  - {between: [a100, h100], bw_gbit_per_s: 200, latency_us: -5}\n")
     assert one_line_error(run("hardware", "show", path)) == \
         "error: links.a100-h100.latency_us: must be >= 0, got -5.0 (one message's start-up time in microseconds)"
 
