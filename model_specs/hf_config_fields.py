@@ -318,9 +318,20 @@ def attention_head_fields(cfg: ConfigReader, *heads_keys: str) -> dict[str, int]
     return {
         "num_heads": num_heads,
         "num_kv_heads": cfg.get_int("num_key_value_heads", default=num_heads),
-        "head_dim": cfg.get_int("head_dim", default=0),
+        "head_dim": stated_head_dim(cfg, "head_dim"),
     }
 
+
+def stated_head_dim(cfg: ConfigReader, *keys: str) -> int:
+    """The first of ``keys`` the config sets, as a per-head width of at least 1, or 0 where none
+    is set (the model then derives hidden_size / num_heads). A stated ``head_dim: 0`` had read as
+    unstated and silently become hidden_size / num_heads."""
+    value = cfg.get_int(*keys, default=0)
+    if value < 1 and any(cfg.data.get(key) is not None for key in keys):
+        key = next(key for key in keys if cfg.data.get(key) is not None)
+        raise InputError(f"{cfg.where}.{key}", f"must be >= 1, got {value}",
+                         "write the checkpoint's value, or leave it out to use hidden_size / num_attention_heads")
+    return value
 
 
 

@@ -10,7 +10,7 @@ from typing import Any, Callable
 from hardware_specs.errors import InputError, shown
 from model_specs.hf_config_fields import (ConfigReader, attention_head_fields, dense_ffn_width, fraction_field,
                                           moe_layer_layout, rotary_fraction_field, sliding_window_fields,
-                                          training_seq_len)
+                                          stated_head_dim, training_seq_len)
 from model_specs.model_spec import MambaSpec, MLASpec, MoESpec, check_size
 
 def _llama_like(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
@@ -42,7 +42,7 @@ def _llama_like(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str
 
 def _nemotron(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
     fields = _llama_like(cfg, family, seq_len)
-    fields["head_dim"] = cfg.get_int("head_dim", "kv_channels", default=0)
+    fields["head_dim"] = stated_head_dim(cfg, "head_dim", "kv_channels")
     fields["gated_mlp"] = False      # squared-ReLU two-matrix MLP
     # transformers NemotronConfig(partial_rotary_factor=0.5): RoPE on half of each head unless stated
     # (NeMo's NemotronConfig rotary_percent 0.5 likewise); was read as full rotation
@@ -91,7 +91,7 @@ def _nemotron_h(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str
                   position_embedding="none", normalization="rmsnorm",
                   linear_bias=cfg.get_bool("mlp_bias", False) and cfg.get_bool("attention_bias", False),
                   tied_embeddings=cfg.get_bool("tie_word_embeddings", False))
-    fields["head_dim"] = cfg.get_int("head_dim", "attention_head_dim", default=0)
+    fields["head_dim"] = stated_head_dim(cfg, "head_dim", "attention_head_dim")
     if "M" in pattern:
         fields["mamba"] = MambaSpec(num_heads=cfg.get_int("mamba_num_heads"), head_dim=cfg.get_int("mamba_head_dim"),
                                     state_size=cfg.get_int("ssm_state_size"), num_groups=cfg.get_int("n_groups"),

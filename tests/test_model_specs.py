@@ -1206,7 +1206,11 @@ _OPT_350M = {"model_type": "opt", "num_hidden_layers": 24, "hidden_size": 1024, 
     # MiniMax-M2 with 0 heads and no head_dim raised ZeroDivisionError; a negative size blamed rotary_dim
     ({**_MINIMAX_NO_HEAD_DIM, "num_attention_heads": 0}, "num_attention_heads", "must be >= 1"),
     ({**_MINIMAX_NO_HEAD_DIM, "hidden_size": -3072}, "hidden_size", "must be >= 1"),
-    ({**MINIMAX_M25, "head_dim": -128}, "head_dim", "must be >= 0"),
+    ({**MINIMAX_M25, "head_dim": -128}, "head_dim", "must be >= 1, got -128"),
+    # a stated head_dim 0 read as unstated and became hidden_size / num_heads without a word
+    ({**MINIMAX_M25, "head_dim": 0}, "head_dim", "must be >= 1, got 0"),
+    ({**LLAMA31_8B, "head_dim": 0}, "head_dim", "must be >= 1, got 0"),
+    ({**_NANO, "head_dim": 0}, "head_dim", "must be >= 1, got 0"),
     # an attention kind other than 0 / 1 was reported as lightning attention (0)
     ({**MINIMAX_M25, "attn_type_list": [2] * 62}, "attn_type_list", "unknown attention kind 2"),
     # a list of another length than the layers (one entry, or 63 for 62 layers) was read as all softmax
