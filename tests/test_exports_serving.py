@@ -547,7 +547,7 @@ def test_serve_plan_headlines_the_best_layout_vllm_can_launch_and_names_the_bett
     assert "its vllm launch script: add --emit" in head[3]
     assert (f"the model's best, which vllm cannot launch as priced (--mode: " in head[4]
             and f"{winner.tokens_per_s_per_gpu:,.0f} tokens/s/GPU "
-                f"({winner.tokens_per_s_per_gpu / agg.tokens_per_s_per_gpu:.2f}x this one's)" in head[4])
+                f"({winner.tokens_per_s_per_gpu / agg.tokens_per_s_per_gpu:.2f}x more than this one)" in head[4])
     assert "\nbest:" not in text and "cannot launch it as priced" not in text
     out = json.loads(run(*args, "--json").stdout)
     assert out["best"]["mode"] == "agg" and out["best"]["tokens_per_s_per_gpu"] == agg.tokens_per_s_per_gpu

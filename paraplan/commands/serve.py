@@ -654,7 +654,7 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
     (``serving_launchable.engine_plan``): where no layout meeting the SLO launches, the error
     ``--emit`` raises, said in the headline in place of a launch --emit cannot give."""
     from planners.serving.labels import prompts_per_step
-    from planners.serving.search import describe
+    from planners.serving.search import compared, describe
     b, refused = plan.best, plan.engine_refused_best
     lines = [f"serving plan for {ctx.model.name} on {gpus} x {ctx.cluster.gpu.name} ({ctx.cluster.name}), "
              f"stack {ctx.stack.name}, weights {format_text(ctx.dense_format, ctx.cluster.gpu)}"
@@ -692,10 +692,12 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
             lines.append(f"      {why_not}")
     if refused is not None:
         r = refused.row
-        more = float(r["tokens_per_s_per_gpu"]) / float(b["tokens_per_s_per_gpu"])
+        # "1.58x more than this one", "0.1% more ...", never "1.00x" of two different rates
+        more = compared(float(r["tokens_per_s_per_gpu"]) / float(b["tokens_per_s_per_gpu"]))
+        more = "about the same as this one" if more == "about the same" else f"{more} than this one"
         lines.append(f"      the model's best, which {ctx.stack.framework} cannot launch as priced "
                      f"({refused.refusal}): {describe(r)}, TTFT {r['ttft_ms']:.0f} ms, TPOT {r['tpot_ms']:.1f} ms, "
-                     f"{r['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU ({more:.2f}x this one's) on {_gpus(r['gpus_used'])}")
+                     f"{r['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU ({more}) on {_gpus(r['gpus_used'])}")
     lines += plan.why
     front = plan.front
     lines += ["", f"Pareto front (tokens/s/GPU vs tokens/s/user, TTFT <= {ttft_ms:g} ms), per mode"]
