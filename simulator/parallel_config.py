@@ -235,6 +235,8 @@ class ParallelConfig:
             micro-batch (DeepSpeed's BF16_Optimizer; ``stack_defaults`` sets it for a bf16 run of a
             stack whose ``bf16_zero1_grad_reduce`` says so) before each rank steps its shard and
             all-gathers the weights; off = reduce-scattered (Megatron-Core's distributed optimizer).
+            Not with optimizer offload (``offload_optimizer_fraction`` > 0): DeepSpeed then builds its
+            ZeRO-1 optimizer, which reduce-scatters (``step_model.zero1_reduces_whole``).
         cuda_graphs: each pass is replayed from a captured CUDA graph, so the host issues no
             kernels one by one (``EfficiencyModel.cpu_issue_s`` does not bound it).
         fp8_current_scaling: an ``fp8`` run scales each tensor by its current amax (Transformer

@@ -115,6 +115,8 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
         "zero3_persistence_elements": float(t.zero3_persistence_threshold_elements),
         "collective_per_rank_copies": t.collective_per_rank_copies,
         "zero3_grad_all_reduce": t.zero3_grad_reduce == "all_reduce",
+        # the stack's bf16 ZeRO-1 with the optimizer on the GPU; a plan that offloads it reduce-scatters
+        # (step_model.zero1_reduces_whole: DeepSpeed builds no BF16_Optimizer under ZeRO-Offload)
         "zero1_grad_all_reduce": dtype == "bf16" and t.bf16_zero1_grad_reduce == "all_reduce",
         "grad_buffer_bytes": grad_buffer_bytes,
         # an fp32 / tf32 run's weights are fp32 on both sides of the link

@@ -334,17 +334,31 @@ def z2_regathers(batch: ConfigBatch, zero):
     return (zero == 2) & np.asarray(batch.zero2_gather_every_microbatch, dtype=bool) & ~fsdp_once_per_step(batch)
 
 
-def grad_collective_s(zero, zero1_grad_all_reduce, reduce_scatter_s, all_reduce_s):
+def zero1_reduces_whole(zero1_grad_all_reduce, offload_optimizer_fraction):
+    """Whether a ZeRO-1 run all-reduces its gradients whole (arrays allowed): where the stack's
+    ZeRO-1 does (``zero1_grad_all_reduce``: DeepSpeed's BF16_Optimizer) and the optimizer stays
+    on the GPU. DeepSpeed builds BF16_Optimizer for bf16 + ZeRO-1 + fp32 accumulation only
+    ``and not self.zero_cpu_offload()`` (deepspeed/runtime/engine.py:2305-2306 at 0.19.8,
+    ``_do_optimizer_sanity_check``); with the optimizer offloaded it builds its ZeRO stage 1-2
+    optimizer (engine.py:2656-2704), which reduces each rank's gradient partition to it
+    (runtime/zero/stage_1_and_2.py ``average_tensor``, ``reduce_scatter`` true: one reduce per
+    destination rank, a reduce-scatter's bytes) as Megatron-Core's distributed optimizer does."""
+    return (np.asarray(zero1_grad_all_reduce, dtype=bool)
+            & ~(np.asarray(offload_optimizer_fraction, dtype=float) > 0.0))
+
+
+def grad_collective_s(zero, zero1_grad_all_reduce, reduce_scatter_s, all_reduce_s, offload_optimizer_fraction):
     """Seconds of a data-parallel gradient reduction at ZeRO stage ``zero`` (0-2), from the two
     collectives' times: ZeRO-2 reduce-scatters to the shards; ZeRO-1 reduce-scatters too, or
-    all-reduces where the stack's ZeRO-1 reduces whole (``zero1_grad_all_reduce``,
+    all-reduces where the stack's ZeRO-1 reduces whole and the optimizer is not offloaded
+    (``zero1_reduces_whole`` of ``zero1_grad_all_reduce`` and ``offload_optimizer_fraction``,
     ``ParallelConfig``); plain data parallelism all-reduces. The per-micro-batch reductions of
     the layers and the model ends (``_pipeline_inputs``), the one after the flush
     (``_dp_after_flush``) and the pooled model's (``simulator.heterogeneous.compose``) all choose
     here."""
+    whole = zero1_reduces_whole(zero1_grad_all_reduce, offload_optimizer_fraction)
     return np.where(zero == 2, reduce_scatter_s,
-                    np.where(zero == 1, np.where(zero1_grad_all_reduce, all_reduce_s, reduce_scatter_s),
-                             all_reduce_s))
+                    np.where(zero == 1, np.where(whole, all_reduce_s, reduce_scatter_s), all_reduce_s))
 
 
 def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, lay: dict,
@@ -448,7 +462,8 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
             # ZeRO-3: the next layer's gather runs under this layer's pass (as far as the stack
             # prefetches); in backward the gathers and the gradient reduce-scatter share the window
             z3f = np.where(fwd_gathers, _overlapped(ag, fwd_window, 0.0, batch.overlap_param_gather), 0.0)
-            grad_mb = grad_collective_s(zero, batch.zero1_grad_all_reduce, rs_grad, ar_grad)
+            grad_mb = grad_collective_s(zero, batch.zero1_grad_all_reduce, rs_grad, ar_grad,
+                                        batch.offload_optimizer_fraction)
             z3_grad = np.where(batch.zero3_grad_all_reduce, ar_grad, rs_grad)
             bwd_comm = np.where(z3_per_mb, ag * (1.0 + regather) + z3_grad, np.where(per_mb_grads, grad_mb, 0.0))
             grad_window = b + w
@@ -593,7 +608,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         rs = group_collective_time_s("reduce_scatter", nbytes, shard, tp, cluster, eff) + rank_copies_s(batch, shard,
                                                                                                          eff)
         ar = group_collective_time_s("all_reduce", nbytes, dp_group, tp, cluster, eff)
-        grad = grad_collective_s(zero, batch.zero1_grad_all_reduce, rs, ar)
+        grad = grad_collective_s(zero, batch.zero1_grad_all_reduce, rs, ar, batch.offload_optimizer_fraction)
         return np.where(per_mb_grads, _overlapped(grad, window, 0.0, batch.overlap_grad_reduce), 0.0)
 
     emb_z3_f, emb_z3_bw = z3_ends(emb_params)
@@ -966,7 +981,8 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     z3_once = fsdp_once_per_step(batch)
     zero3 = np.where(batch.zero3_grad_all_reduce, grad_ar + e_ar, grad_rs + e_rs)
     grad_comm = np.where(per_mb_grads | (zero >= 2), 0.0,
-                         grad_collective_s(zero, batch.zero1_grad_all_reduce, grad_rs + e_rs, grad_ar + e_ar))
+                         grad_collective_s(zero, batch.zero1_grad_all_reduce, grad_rs + e_rs, grad_ar + e_ar,
+                                           batch.offload_optimizer_fraction))
     grad_comm = np.where(z3_once, zero3, grad_comm) + cross
     # (FSDP's ZeRO-2 gathers in every micro-batch's forward instead, ``z2_regathers``)
     gather_comm = np.where((zero == 1) | ((zero == 2) & ~z2_regathers(batch, zero)) | z3_once, param_ag + e_ag, 0.0)

@@ -263,7 +263,8 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
                                                          ring_bw[multi] * kind_fraction[multi], ring_lat[multi])
         comm[kind] = t
     # all-reduce (ZeRO-0, and ZeRO-1 on a stack whose ZeRO-1 reduces whole) or reduce-scatter
-    grad_comm = grad_collective_s(z, settings.zero1_grad_all_reduce, comm["reduce_scatter"], comm["all_reduce"])
+    grad_comm = grad_collective_s(z, settings.zero1_grad_all_reduce, comm["reduce_scatter"], comm["all_reduce"],
+                                  settings.offload_optimizer_fraction)
     gather_comm = np.where(z >= 1, comm["all_gather"], 0.0)
     # as step_model: overlapped traffic is exposed by what exceeds its window (the stage's last
     # backward for the gradients, its first forward for the ZeRO-1 gather), and never less than
