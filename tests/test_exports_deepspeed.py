@@ -77,6 +77,8 @@ def test_deepspeed_config_accepts_every_matrix_export_and_reads_the_planned_batc
     assert config.zero_optimization_stage == p["zero_stage"]
     assert config.tensor_parallel_config.autotp_size == (p["tp"] if p["tp"] > 1 else 0)
     assert config.bfloat16_config.enabled == (p["dtype"] == "bf16")
+    # the gradient buffer the plan priced, where DeepSpeed keeps it in that dtype (else its default)
+    assert config.grad_accum_dtype == deepspeed.grad_accum_dtype(p)
     # the gradient reduction the plan priced: its dtype and bucket (in elements)
     import torch
     assert config.communication_data_type == (torch.float32 if p["grad_reduce_bytes"] == 4 else torch.bfloat16)
@@ -340,23 +342,76 @@ def test_an_fp16_ulysses_plan_reduces_its_gradients_in_fp16_as_priced(ds, monkey
     assert "seq_parallel_communication_data_type" not in deepspeed.config({**row, "cp": 1, "dp": 8})
 
 
-def test_a_bf16_zero1_plan_priced_as_bf16_optimizer_is_refused_with_optimizer_offload(ds):
-    """DeepSpeed 0.19.8 picks BF16_Optimizer for bf16 + ZeRO-1 + fp32 accumulation only without
-    ZeRO-Offload (``runtime/engine.py:2305-2306``, ``and not self.zero_cpu_offload()``): a
-    Megatron-DeepSpeed plan priced with its whole fp32 gradient all-reduce
-    (``zero1_grad_all_reduce``, 8.39 s where the reduce-scattered plan is 8.30 s for Llama-3-8B
-    on 16 H100s) and the optimizer on the host had been written and would have run DeepSpeed's
-    ZeRO-1 optimizer. Refused on one line; without offload, or priced reduce-scattered, written."""
-    import inspect
-
+def _optimizer_deepspeed_builds(ds, cfg: dict, p: dict, monkeypatch) -> tuple[str, object]:
+    """The optimizer wrapper DeepSpeed 0.19.8's engine builds for the config ``cfg`` (its own
+    ``_do_optimizer_sanity_check``, engine.py:2294-2325: ``bf16`` = BF16_Optimizer,
+    ``zero_optimization`` = the ZeRO optimizer) and the gradient accumulation dtype it hands that
+    optimizer (``get_data_types``), both run on a stand-in holding only the config they read."""
+    import torch
     from deepspeed.runtime.engine import DeepSpeedEngine
-    assert "not self.zero_cpu_offload()" in inspect.getsource(DeepSpeedEngine._do_optimizer_sanity_check)
+
+    class Engine:
+        def __init__(self, config):
+            self._config, self.global_rank, self.pipeline_parallelism = config, 0, p["pp"] > 1
+    for name in ("get_data_types", "_do_optimizer_sanity_check", "fp16_enabled", "bfloat16_enabled",
+                 "zero_optimization", "zero_optimization_stage", "zero_cpu_offload", "zero_compute_grad_norm",
+                 "zero_allow_untested_optimizer"):
+        setattr(Engine, name, getattr(DeepSpeedEngine, name))
+    engine = Engine(build(ds, cfg, p, monkeypatch))
+    wrapper = engine._do_optimizer_sanity_check(torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))]))
+    return wrapper, engine.get_data_types()[1]
+
+
+def test_a_bf16_zero1_plan_priced_as_bf16_optimizer_with_optimizer_offload_is_written_as_zero1_with_fp32_grads(
+        ds, monkeypatch):
+    """DeepSpeed 0.19.8 picks BF16_Optimizer for bf16 + ZeRO-1 + fp32 accumulation only without
+    ZeRO-Offload (``runtime/engine.py:2305-2306``, ``and not self.zero_cpu_offload()``). A
+    Megatron-DeepSpeed plan (``zero1_grad_all_reduce``) with the optimizer on the host is now priced
+    as the ZeRO-1 optimizer DeepSpeed builds (reduce-scattered gradients,
+    ``step_model.zero1_reduces_whole``), so it is written, no longer refused: with fp32
+    accumulation, the 4-byte whole gradient buffer it priced (``param.grad_accum``,
+    stage_1_and_2.py:397-404), and DeepSpeed's own engine check builds the ZeRO optimizer for it
+    and BF16_Optimizer for the same plan without offload."""
+    import torch
     row = dict(model="llama3-8b", seq_len=8192, dp=16, tp=1, pp=1, micro_batch=1, global_batch=32, zero_stage=1,
                recompute="none", dtype="bf16", grad_reduce_bytes=4.0, zero1_grad_all_reduce=True,
                offload_optimizer_fraction=1.0)
-    with pytest.raises(InputError) as err:
-        deepspeed.emit(row)
-    assert err.value.field == "offload_optimizer_fraction" and "\n" not in str(err.value)
-    assert deepspeed.config({**row, "offload_optimizer_fraction": 0.0})["data_types"] == {"grad_accum_dtype": "fp32"}
-    cfg = deepspeed.config({**row, "zero1_grad_all_reduce": False})
-    assert "data_types" not in cfg and cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert deepspeed.refusal(plan_fields(row)) is None
+    cfg = json.loads(deepspeed.emit(row))
+    assert cfg["data_types"] == {"grad_accum_dtype": "fp32"}
+    assert cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert _optimizer_deepspeed_builds(ds, cfg, plan_fields(row), monkeypatch) == ("zero_optimization", torch.float32)
+    on_gpu = {**row, "offload_optimizer_fraction": 0.0}
+    assert _optimizer_deepspeed_builds(ds, json.loads(deepspeed.emit(on_gpu)), plan_fields(on_gpu),
+                                       monkeypatch) == ("bf16", torch.float32)
+
+
+@pytest.mark.parametrize("zero_stage, offload", [(1, 1.0), (2, 0.0), (2, 1.0), (3, 0.0)])
+def test_the_zero_optimizers_gradient_buffer_is_written_in_the_dtype_the_plan_priced(ds, monkeypatch, zero_stage,
+                                                                                       offload):
+    """A bf16 plan run by DeepSpeed's ZeRO optimizer (ZeRO-2/3, or ZeRO-1 offloaded) keeps its
+    gradients in ``grad_accum_dtype`` (stage_1_and_2.py:1236-1239 / :1259-1271, stage3.py:791-792),
+    which defaults to bf16 (engine.py:1806-1807). A plan priced with a 4-byte (fp32) buffer
+    (``grad_buffer_bytes`` 4) says fp32; one priced with a 2-byte buffer leaves the default. The
+    engine's own check builds the ZeRO optimizer for both and hands it that dtype."""
+    import torch
+    row = dict(model="llama3-8b", seq_len=8192, dp=16, tp=1, pp=1, micro_batch=1, global_batch=32,
+               zero_stage=zero_stage, recompute="none", dtype="bf16", offload_optimizer_fraction=offload)
+    for buffer_bytes, written, dtype in ((4.0, {"grad_accum_dtype": "fp32"}, torch.float32),
+                                         (2.0, None, torch.bfloat16)):
+        plan = {**row, "grad_buffer_bytes": buffer_bytes}
+        cfg = json.loads(deepspeed.emit(plan))
+        assert cfg.get("data_types") == written
+        assert _optimizer_deepspeed_builds(ds, cfg, plan_fields(plan), monkeypatch) == ("zero_optimization", dtype)
+
+
+def test_a_reduce_scattered_bf16_zero1_plan_on_the_gpu_leaves_the_accumulation_dtype_to_deepspeed(ds, monkeypatch):
+    """fp32 accumulation would make DeepSpeed build BF16_Optimizer (a whole all-reduce) for bf16
+    ZeRO-1 without offload, not the reduce-scattering ZeRO-1 optimizer the plan priced: the key
+    stays out whatever the plan's buffer, and DeepSpeed accumulates in bf16."""
+    import torch
+    row = dict(model="llama3-8b", seq_len=8192, dp=16, tp=1, pp=1, micro_batch=1, global_batch=32, zero_stage=1,
+               recompute="none", dtype="bf16", grad_buffer_bytes=4.0)
+    cfg = json.loads(deepspeed.emit(row))
+    assert "data_types" not in cfg
+    assert _optimizer_deepspeed_builds(ds, cfg, plan_fields(row), monkeypatch) == ("zero_optimization", torch.bfloat16)

@@ -25,9 +25,13 @@ the plan's layers per stage, ``partition_method``), ZeRO-2/3 beside a pipeline, 
 beside Ulysses, AutoTP with Megatron-style sequence parallelism (see ``autotp_sequence_parallel``),
 ring / hybrid context parallelism (DeepSpeed's is Ulysses), expert TP, ZeRO-3
 with full recomputation unless the plan priced DeepSpeed's extra parameter gather
-(``zero3_recompute_gather``), ZeRO-3 MoE with Ulysses, ZeRO-Offload of a bf16 ZeRO-1 plan priced
-as ``BF16_Optimizer`` (``zero1_grad_all_reduce``: DeepSpeed picks it only without offload), and
-MTP modules (the model code it wraps does not train them).
+(``zero3_recompute_gather``), ZeRO-3 MoE with Ulysses, and MTP modules (the model code it wraps
+does not train them).
+
+Written, not refused: a bf16 ZeRO-1 plan of a stack whose ZeRO-1 is ``BF16_Optimizer``
+(``zero1_grad_all_reduce``) with the optimizer offloaded. DeepSpeed then builds its ZeRO-1
+optimizer, which reduce-scatters, and the plan is priced so (``simulator.step_model.
+zero1_reduces_whole``); the gradient buffer it keeps is the plan's (``grad_accum_dtype``).
 
 Not refused: AutoTP with ZeRO-3. DeepSpeed trains it since 0.19.4 (deepspeedai/DeepSpeed#8168
 removed the block; ``runtime/engine.py`` ``_configure_tensor_parallel_states`` at 0.19.8: "AutoTP +
@@ -107,15 +111,6 @@ def _check(p: dict) -> None:
     if p.get("offload_optimizer_fraction") and (p["offload_optimizer_fraction"] != 1.0 or p["zero_stage"] == 0):
         raise InputError("offload_optimizer_fraction", "ZeRO-Offload moves the whole optimizer of ZeRO 1-3 to the "
                          "host", "plan with offload_optimizer_fraction 1 and zero_stage >= 1")
-    if (p.get("offload_optimizer_fraction") and p["zero_stage"] == 1 and p["dtype"] == "bf16"
-            and p.get("zero1_grad_all_reduce", False)):
-        # deepspeed/runtime/engine.py:2305-2310 at 0.19.8 (_do_optimizer_sanity_check) picks
-        # BF16_Optimizer for bf16 + ZeRO-1 + fp32 accumulation only "and not self.zero_cpu_offload()":
-        # with the optimizer on the host it builds its ZeRO-1 optimizer, which reduces each rank's
-        # gradient partition (stage_1_and_2.py), not the whole all-reduce priced
-        raise InputError("offload_optimizer_fraction", f"{RELEASE} runs ZeRO-Offload with its ZeRO-1 optimizer, not "
-                         "the BF16_Optimizer whose whole fp32 gradient all-reduce the plan priced "
-                         "(zero1_grad_all_reduce)", "plan without optimizer offload, or with zero1_grad_all_reduce off")
     tp, pp, cp, zero = p["tp"], p["pp"], p["cp"], p["zero_stage"]
     recompute = Recompute(p["recompute"])
     if recompute == Recompute.SELECTIVE and "mlp_fc1" in selective_recompute_modules(p):
@@ -310,6 +305,37 @@ def autotp_sequence_parallel(p: dict) -> None:
                          "plan with sequence_parallel off (--fix sequence_parallel=off), or emit megatron / torchtitan")
 
 
+def grad_accum_dtype(p: dict) -> str | None:
+    """``data_types.grad_accum_dtype`` for the plan ``p``: the dtype of the gradient buffer it
+    priced (``grad_buffer_bytes``) where DeepSpeed 0.19.8 keeps its buffer in that dtype, or None
+    (the key left out: DeepSpeed accumulates in the model dtype, ``runtime/engine.py:1806-1807``).
+
+    What a bf16 run keeps, by optimizer (the engine's choice, ``engine.py:2305-2311``):
+
+    * ZeRO-1, optimizer on the GPU, fp32 accumulation: ``BF16_Optimizer``, an fp32 gradient
+      buffer of the whole model (``runtime/bf16_optimizer.py:191``, ``torch.zeros_like(...,
+      dtype=self.grad_acc_dtype)``) all-reduced whole: the plan priced with
+      ``zero1_grad_all_reduce`` (4 bytes a parameter, whole). Written as ``fp32``, which is what
+      makes the engine pick it.
+    * ZeRO-1 with the optimizer offloaded, and ZeRO-2: the ZeRO stage 1-2 optimizer, which keeps
+      the gradients in ``gradient_accumulation_dtype``: at stage 1 a whole ``param.grad_accum``
+      of that dtype (``runtime/zero/stage_1_and_2.py:397-404``, ``:1236-1239``), at stage 2 the
+      rank's partition (``:1259-1271``, ``_build_compact_grad_partition_buffer``); ZeRO-3 its
+      partition too (``runtime/zero/stage3.py:791-792``, ``grad_partitions_flat_buffer``). Each
+      is the plan's buffer (whole at ZeRO-1, sharded at 2-3, ``memory.model_state_bytes``) in
+      the dtype ``grad_buffer_bytes`` names: ``fp32`` for 4, the default (bf16) for 2.
+    * ZeRO-1 reduce-scattered with the optimizer on the GPU: fp32 accumulation would make the
+      engine pick ``BF16_Optimizer`` and all-reduce, so the key stays out and the ZeRO-1
+      optimizer accumulates in bf16, 2 bytes a parameter whatever ``grad_buffer_bytes`` says
+      (a 4-byte plan over-counts its gradient buffer by 2 bytes a parameter).
+    """
+    if p["dtype"] != "bf16" or p["zero_stage"] == 0:
+        return None
+    if p["zero_stage"] == 1 and not p.get("offload_optimizer_fraction"):
+        return "fp32" if p.get("zero1_grad_all_reduce", False) else None
+    return "fp32" if p["grad_buffer_bytes"] == 4 else None
+
+
 def world_counted(p: dict) -> int:
     """The world ``DeepSpeedConfig`` multiplies into ``train_batch_size`` for this launch."""
     if p["pp"] > 1 or p["cp"] > 1:
@@ -348,11 +374,8 @@ def _config(p: dict) -> dict:
     if p["zero_stage"] == 3 and p.get("zero3_grad_all_reduce", False):
         # the plan priced all-reduced gradient buckets, DeepSpeed's path without reduce_scatter
         cfg["zero_optimization"]["reduce_scatter"] = False
-    if p["zero_stage"] == 1 and p["dtype"] == "bf16" and p.get("zero1_grad_all_reduce", False):
-        # the plan priced BF16_Optimizer: fp32 gradients all-reduced whole; DeepSpeed picks it for
-        # bf16 + ZeRO-1 when gradients accumulate in fp32 (deepspeed/runtime/engine.py
-        # _do_optimizer_sanity_check at 0.19.8), else its ZeRO-1 optimizer reduces bf16 gradients
-        cfg["data_types"] = {"grad_accum_dtype": "fp32"}
+    if grad_accum_dtype(p) is not None:
+        cfg["data_types"] = {"grad_accum_dtype": grad_accum_dtype(p)}
     if p.get("offload_optimizer_fraction"):
         # ZeRO-Offload: optimizer states and step on the host (pinned buffers)
         cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
