@@ -166,24 +166,45 @@ def grouped_gemm_time_s(m_per_group, n, k, groups, rates: ComputeRates, launches
     return np.where(streams > 1, concurrent, serial)
 
 
-def expert_output_bias_work(rows, hidden, local_experts, act_bytes):
+#: bytes of one routing probability as Megatron-Core's ``flex`` token dispatcher hands it to the
+#: experts: HybridEP and DeepEP take float32 probabilities only and cast bf16 ones up
+#: (NVIDIA/Megatron-LM@d7288711 megatron/core/transformer/moe/token_dispatcher.py:1033-1039 HybridEP,
+#: :1178-1184 DeepEP, ``self.token_probs = self.token_probs.float()``; the same at b0cc2706, 2edffadb,
+#: d0b3b775 and cd4afffa, the cores Megatron-Bridge 26.02-26.08 pin). The all-to-all dispatcher
+#: keeps the router's dtype (``moe_router_dtype``, unset for gpt-oss: the activations').
+FLEX_DISPATCH_PROBS_BYTES = 4.0
+
+
+def expert_output_bias_work(rows, hidden, local_experts, act_bytes, probs_bytes=None):
     """HBM bytes and kernels of adding the routed experts' output bias, weighted by the routing
     probabilities, one micro-batch on one GPU, forward and backward.
 
     Megatron-Core's ``TEGroupedMLP`` runs the second expert GEMM without its bias and adds it
-    per local expert in Python (NVIDIA/Megatron-LM@core_v0.15.0 megatron/core/transformer/moe/
-    experts.py ``_apply_bias``: ``torch.cat([t + b * p for each expert's rows])``). Forward, per
-    expert: ``b * p`` writes its rows x hidden, the add reads two and writes one, and the
-    concatenation reads and writes them all once more: 6 row passes of ``rows * hidden``
-    elements and ``2 e + 1`` kernels for ``e`` local experts. Backward, per expert, autograd's
-    two products (gradient times ``p``, gradient times ``b``: read one, write one) and their two
-    sums (read one): 6 passes and ``4 e`` kernels; the concatenation and the add pass the
-    gradient through as views. Elements counted in the activation dtype.
+    per local expert in Python (NVIDIA/Megatron-LM@d7288711 megatron/core/transformer/moe/
+    experts.py:251-268 ``_apply_bias``: ``torch.cat([t + b * p for each expert's rows])
+    .view(shape).to(t.dtype)``). The weighted bias and the sum are computed in the promoted dtype
+    of the bias (``act_bytes``) and the probabilities (``probs_bytes``, default ``act_bytes``;
+    ``FLEX_DISPATCH_PROBS_BYTES`` under DeepEP / HybridEP): ``s = max(act_bytes, probs_bytes)``
+    bytes an element. Per element of ``rows * hidden``, forward: ``b * p`` writes s, the add
+    reads the expert output (a) and ``b * p`` (s) and writes s, the concatenation reads and
+    writes s; where s > a the final ``.to`` reads s and writes a (one more kernel):
+    ``a + 5 s (+ s + a)`` bytes, ``2 e + 1 (+ 1)`` kernels for ``e`` local experts (in 16-bit,
+    6 passes of a). Backward, per expert, autograd's two products (gradient times ``p``,
+    gradient times ``b``: read s, write s) and their two sums (read s): 6 s and ``4 e`` kernels;
+    the concatenation and the add pass the gradient through as views, except where s > a:
+    the ``.to``'s backward casts the gradient up (read a, write s, one kernel) and autograd casts
+    each expert output's gradient back to its dtype (read s, write a, ``e`` kernels; PyTorch's
+    engine casts an input's gradient to the input's dtype), ``6 s (+ 2 (a + s))`` bytes.
     """
-    elems = _f(rows) * float(hidden) * float(act_bytes)
+    a = _f(act_bytes)
+    s = np.maximum(a, a if probs_bytes is None else _f(probs_bytes))
+    promoted = np.where(s > a, 1.0, 0.0)
+    elems = _f(rows) * float(hidden)
     e = _f(local_experts)
-    return {"fwd_bytes": 6.0 * elems, "bwd_bytes": 6.0 * elems, "fwd_kernels": 2.0 * e + 1.0,
-            "bwd_kernels": 4.0 * e}
+    return {"fwd_bytes": elems * (a + 5.0 * s + promoted * (s + a)),
+            "bwd_bytes": elems * (6.0 * s + promoted * 2.0 * (a + s)),
+            "fwd_kernels": 2.0 * e + 1.0 + promoted,
+            "bwd_kernels": 4.0 * e + promoted * (1.0 + e)}
 
 
 #: forward and backward passes over one FC1-output half (width f) per row of an eagerly clamped
@@ -378,7 +399,14 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
                       + (2.0 * k + 1.0) * routed * row_bytes
                       + tokens * act_bwd * f_sh / tp * rates.act_bytes
                       + tokens * h * rates.act_bytes * (REPLICATED_ELEMENTWISE_UNITS_BWD / 2) / split)
-    bias = expert_output_bias_work(rows, d_e, local_experts, rates.act_bytes) if model.linear_bias else None
+    # float32 probabilities reach ``_apply_bias`` under the flex dispatcher; only the unfused
+    # expert path runs it, the one that clamps a GLU eagerly: Megatron-Core's op-fuser path
+    # (``use_transformer_engine_op_fuser``, the recipes that set ``glu_clamp_eager`` false) returns
+    # from ``_fused_forward`` before it (NVIDIA/Megatron-LM@d0b3b775 experts.py:648-654, :788)
+    flex_probs = np.asarray(dispatch_dedup, dtype=bool) & np.asarray(glu_clamp_eager, dtype=bool)
+    probs_bytes = np.where(flex_probs, FLEX_DISPATCH_PROBS_BYTES, rates.act_bytes)
+    bias = (expert_output_bias_work(rows, d_e, local_experts, rates.act_bytes, probs_bytes) if model.linear_bias
+            else None)
     clamp = eager_glu_clamp(model, glu_clamp_eager)
     clamp_fwd, clamp_bwd = glu_clamp_bytes(rows, f_exp / etp, rates.act_bytes)
     clamp_kernels = np.where(clamp, GLU_CLAMP_KERNELS, 0.0)

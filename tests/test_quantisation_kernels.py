@@ -162,6 +162,52 @@ def test_a_biased_moe_block_pays_the_bias_passes_and_an_unbiased_one_does_not():
         rel=1e-9)
 
 
+def test_float32_probabilities_promote_the_expert_output_bias_to_float32():
+    # HybridEP / DeepEP hand the experts float32 probabilities (Megatron-LM@d7288711
+    # token_dispatcher.py:1033-1039, :1178-1184), so _apply_bias (experts.py:251-268) computes
+    # b * p, the add and the concatenation in fp32 and casts back with .to(bf16). Per element of
+    # the rows x hidden output, forward: b * p writes 4; the add reads 2 (bf16 output) + 4, writes 4;
+    # the cat reads 4, writes 4; .to reads 4, writes 2: 28 bytes (bf16 probabilities: 12), one
+    # kernel more (.to). Backward: .to's backward reads 2, writes 4; the two products read 4 and
+    # write 4 each, their sums read 4 each (24); each expert output's gradient is cast back (read
+    # 4, write 2): 6 + 24 + 6 = 36 bytes (bf16: 12), kernels 4 e + 1 + e.
+    elems = 65536 * 2880
+    fp32 = moe.expert_output_bias_work(65536.0, 2880, 2.0, 2.0, probs_bytes=4.0)
+    assert float(fp32["fwd_bytes"]) == 28 * elems and float(fp32["bwd_bytes"]) == 36 * elems
+    assert float(fp32["fwd_kernels"]) == 2 * 2 + 1 + 1 and float(fp32["bwd_kernels"]) == 4 * 2 + 1 + 2
+    # bf16 probabilities (the all-to-all dispatcher, gpt-oss's router dtype unset) are the six passes
+    same = moe.expert_output_bias_work(65536.0, 2880, 2.0, 2.0, probs_bytes=2.0)
+    assert float(same["fwd_bytes"]) == 12 * elems == float(same["bwd_bytes"])
+    assert float(same["fwd_kernels"]) == 5 and float(same["bwd_kernels"]) == 8
+
+
+def test_the_flex_dispatcher_prices_the_float32_bias_only_on_the_unfused_expert_path():
+    rates = compute_rates(load_cluster("dgx-h100").gpu, load_efficiency("hopper"), "bf16")
+    biased = load_model("gpt-oss-120b")
+    plain = replace(biased, linear_bias=False)
+
+    def bias_s(dedup, eager):
+        """What the bias adds to the block's element-wise seconds, forward and backward."""
+        kw = dict(dispatch_dedup=dedup, glu_clamp_eager=eager)
+        b, p = moe.moe_mlp_costs(biased, rates, 4096.0, 8, 1, **kw), moe.moe_mlp_costs(plain, rates, 4096.0, 8, 1, **kw)
+        return float(b["elem_fwd_s"] - p["elem_fwd_s"]), float(b["elem_bwd_s"] - p["elem_bwd_s"])
+
+    def priced(work):
+        return tuple(float(work[f"{d}_bytes"]) / rates.hbm_bytes_per_s + float(work[f"{d}_kernels"]) * rates.kernel_overhead_s
+                     for d in ("fwd", "bwd"))
+    # 4096 tokens x top 4 = 16,384 rows of 2,880 on the GPU, 16 local experts: fp32 under the flex
+    # dispatcher on the unfused path; bf16 under the all-to-all dispatcher, and on the op fuser's
+    # path (glu_clamp_eager off), which has no _apply_bias to promote
+    fp32 = priced(moe.expert_output_bias_work(16384.0, 2880, 16.0, 2.0, probs_bytes=4.0))
+    bf16 = priced(moe.expert_output_bias_work(16384.0, 2880, 16.0, 2.0))
+    assert bias_s(True, True) == pytest.approx(fp32, rel=1e-9)
+    assert bias_s(False, True) == pytest.approx(bf16, rel=1e-9)
+    assert bias_s(True, False) == pytest.approx(bf16, rel=1e-9)
+    # 16 more bytes an element forward, 24 backward
+    assert fp32[0] - bf16[0] == pytest.approx(16 * 16384 * 2880 / rates.hbm_bytes_per_s + rates.kernel_overhead_s,
+                                              rel=1e-9)
+
+
 def test_nemotron_3_nano_moe_block_at_ep8_prices_two_tensor_kernels_per_expert_operand():
     # 128 experts / ep 8 = 16 local experts, squared-ReLU (not gated) experts and one shared
     # expert. Forward: fc1 and fc2 inputs split per expert, amax + cast each: 2 x 16 x 2 = 64;
