@@ -129,8 +129,9 @@ def _without_text(group: list[Plainer]) -> str:
     return ", ".join(singles[:-1]) + " or " + singles[-1] if len(singles) > 1 else singles[0]
 
 
-def plainer_lines(plans, found: list[Plainer]) -> list[str]:
-    """The ``--explain`` lines of ``plainer_plans``: rank, configuration and how much slower.
+def plainer_lines(plans, found: list[Plainer], mark: str = "") -> list[str]:
+    """The ``--explain`` lines of ``plainer_plans``: rank, configuration and how much slower
+    (``mark`` after the seconds and the share: they rest on an unfitted prior).
     Features whose fastest plan without them is the same plan share one line (the plan without
     all of them joins that line only when it is the plan of every one)."""
     singles = [p for p in found if len(p.without) == 1]
@@ -154,9 +155,9 @@ def plainer_lines(plans, found: list[Plainer]) -> list[str]:
             continue
         row = plans.iloc[index]
         share = group[0].slower_share
-        pace = "as fast" if share <= 0 else f"{100 * share:.2f}% slower"
+        pace = "as fast" if share <= 0 else f"{100 * share:.2f}% slower{mark}"
         lines.append(f"  without {_without_text(group)}: rank {index + 1}, {_config_text(row)}: {pace} "
-                     f"({row['step_time_s']:.4g} s/step)")
+                     f"({row['step_time_s']:.4g} s/step{mark})")
     return lines
 
 
@@ -205,7 +206,8 @@ GIB = 2**30
 def memory_feature_notes(model: ModelSpec, cluster, eff, config, limit_bytes: float) -> list[str]:
     """Lines saying which memory features the plan ``config`` needs to fit under
     ``limit_bytes``: for partial recomputation, activation offload and optimizer offload, the
-    memory without it (and, for recomputation, the step time with every layer recomputed)."""
+    memory without it (and, for recomputation, the step time with every layer recomputed); the
+    seconds carry ``PRIOR_MARK`` where ``eff`` is an unfitted prior, as the table's cells do."""
     from dataclasses import replace
 
     from simulator.config_batch import ConfigBatch
@@ -217,6 +219,7 @@ def memory_feature_notes(model: ModelSpec, cluster, eff, config, limit_bytes: fl
     def step(c):
         return float(evaluate(model, cluster, eff, ConfigBatch.from_configs([c]))["step_time_s"][0])
 
+    mark = f" {PRIOR_MARK}" if eff.is_prior else ""
     notes = []
     base = mem(config)
     limit = limit_bytes / GIB
@@ -229,7 +232,7 @@ def memory_feature_notes(model: ModelSpec, cluster, eff, config, limit_bytes: fl
         notes.append(f"recomputes {config.recompute_num_layers} layer{'' if config.recompute_num_layers == 1 else 's'} per chunk in full{dec}: "
                      f"{base / GIB:.1f} GiB; without recomputation {mem(none) / GIB:.1f} GiB "
                      f"({'does not fit' if mem(none) > limit_bytes else 'fits'} in {limit:.1f}); recomputing every "
-                     f"layer would cost {t_full - t:+.3g} s per step")
+                     f"layer would cost {t_full - t:+.3g} s{mark} per step")
     if config.offload_activation_layers:
         without = mem(replace(config, offload_activation_layers=0))
         notes.append(f"offloads the activations of {config.offload_activation_layers} layer{'' if config.offload_activation_layers == 1 else 's'} per chunk to the host: "
@@ -243,7 +246,7 @@ def memory_feature_notes(model: ModelSpec, cluster, eff, config, limit_bytes: fl
         plain = replace(config, zero_shard_group=0)
         notes.append(f"shards ZeRO-{config.zero_stage} states over groups of {config.zero_shard_group} and replicates "
                      f"across {config.dp * config.cp // config.zero_shard_group} (HSDP): {base / GIB:.1f} GiB, "
-                     f"{step(plain) - step(config):+.3g} s per step faster than sharding over all "
+                     f"{step(plain) - step(config):+.3g} s{mark} per step faster than sharding over all "
                      f"{config.dp * config.cp} ({mem(plain) / GIB:.1f} GiB)")
     return notes
 
@@ -283,7 +286,8 @@ def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None, prior: boo
                  split_times_s=None) -> str:
     """The ``--explain`` text of a ``PlanResult`` (``memory_notes``: ``memory_feature_notes``
     of the winner). ``prior``: the times rest on an unfitted efficiency model, so the winner's
-    and runner-up's time, throughput and MFU carry ``PRIOR_MARK`` as the table's cells do.
+    and runner-up's time, throughput and MFU, the step-time parts and every time the text cites
+    carry ``PRIOR_MARK`` as the table's cells do.
     ``split_times_s``: (the winner's, the balanced split's) ``split_stage_time_s``, the slowest
     stage per micro-batch as ``simulate`` gives it (None: that line names no time)."""
     mark = f" {PRIOR_MARK}" if prior else ""
@@ -326,20 +330,21 @@ def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None, prior: boo
         for part in TIME_PARTS + ("step_time_s",):
             a, b = float(win[part]), float(run[part])
             deltas[part] = b - a
-            lines.append(f"  {part:<22} {a:>12.4f} {b:>12.4f} {b - a:>+12.4f}")   # seconds, as simulate prints them
+            # seconds, as simulate prints them (with its mark where they rest on a prior)
+            lines.append(f"  {part:<22} {f'{a:.4f}{mark}':>12} {f'{b:.4f}{mark}':>12} {f'{b - a:+.4f}{mark}':>12}")
         gains, costs = why_parts(deltas, max(float(win["step_time_s"]), float(run["step_time_s"])))
         why = []
         if gains:
-            why.append("the runner-up spends more on " + ", ".join(f"{p} (+{d:.3g} s)" for d, p in gains[:2]))
+            why.append("the runner-up spends more on " + ", ".join(f"{p} (+{d:.3g} s{mark})" for d, p in gains[:2]))
         if costs:
-            why.append("the winner pays more for " + ", ".join(f"{p} ({-d:.3g} s)" for d, p in costs[:2]))
+            why.append("the winner pays more for " + ", ".join(f"{p} ({-d:.3g} s{mark})" for d, p in costs[:2]))
         if why:
             lines.append("why: " + "; ".join(why) + ".")
     found = plainer_plans(plans)
     if found:
         lines.append("")
         lines.append("winner's exotic features (the fastest kept plan without each):")
-        lines.extend(plainer_lines(plans, found))
+        lines.extend(plainer_lines(plans, found, mark))
     if memory_notes:
         lines.append("")
         lines.append("winner's memory features (and whether it would fit without each):")
@@ -360,11 +365,11 @@ def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None, prior: boo
         won, even = split_times_s if split_times_s is not None else (None, None)
 
         def slowest(seconds):
-            return "" if seconds is None else f"; simulate's microbatch_stage_time_s {ms_text(seconds)}"
+            return "" if seconds is None else f"; simulate's microbatch_stage_time_s {ms_text(seconds)}{mark}"
         if balanced != priced:
             lines.append(f"  the split balancing the layers' compute (forward + backward + recompute; dynamic "
                          f"programming over per-layer costs; not the one priced{slowest(even)}"
-                         + (f" against the winner's {ms_text(won)}" if won is not None and even is not None else "")
+                         + (f" against the winner's {ms_text(won)}{mark}" if won is not None and even is not None else "")
                          + f"): {stage_layers_text(balanced)}")
         else:
             lines.append(f"  (also the split balancing the layers' compute: forward + backward + recompute"

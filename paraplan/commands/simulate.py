@@ -292,8 +292,9 @@ def _pct(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.1f}" if whole > 0 else "-"
 
 
-def why_line(report: StepReport) -> str:
-    """One line naming the largest non-compute part of the step."""
+def why_line(report: StepReport, star: str = "") -> str:
+    """One line naming the largest non-compute part of the step; ``star`` (``priors.mark``)
+    follows the seconds it cites, as it follows them in the step-time table above it."""
     parts = {k: v for k, v in report.time_breakdown_s.items() if k != "compute_s"}
     name, value = max(parts.items(), key=lambda kv: kv[1])
     step = report.step_time_s
@@ -301,7 +302,7 @@ def why_line(report: StepReport) -> str:
     if value <= 0:
         return f"why: the step is all compute ({_pct(compute, step)}%): nothing exposed to hide"
     return (f"why: compute is {_pct(compute, step)}% of the step; the largest other part is {name} = "
-            f"{value:.4g} s ({_pct(value, step)}%): {time_meaning(report).get(name, name)}")
+            f"{value:.4g} s{star} ({_pct(value, step)}%): {time_meaning(report).get(name, name)}")
 
 
 def _tflops(value: float) -> str:
@@ -531,7 +532,7 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
             f"headroom a run keeps; largest part {big_name.removesuffix('_bytes')} {big / GIB:.2f} GiB; "
             f"{memory_advice(model, cluster, config) if config is not None else _ADVICE_ALL})",
             width=120, subsequent_indent=" " * 6, break_long_words=False)
-    lines += textwrap.wrap(why_line(report), width=120, subsequent_indent=" " * 5, break_long_words=False)
+    lines += textwrap.wrap(why_line(report, star), width=120, subsequent_indent=" " * 5, break_long_words=False)
     note = priors.footnote(cluster)
     if note:
         lines.append(note)

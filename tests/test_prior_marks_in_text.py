@@ -1,0 +1,59 @@
+"""Every time the planner's --explain and simulate's why line cite on an unfitted efficiency
+prior carries the prior's mark, as the tables' cells beside them do (EfficiencyModel.is_prior:
+"predictions resting on them must say so next to their numbers")."""
+import re
+
+from click.testing import CliRunner
+
+from paraplan.cli import main
+
+# mi300x (cdna3) rests on an unfitted prior, dgx-h100 (hopper) on fitted factors
+PLAN = ["plan", "-m", "llama3-70b", "-n", "64", "--global-batch", "128", "--top", "2", "--explain"]
+SIM = ["simulate", "-m", "llama3-70b", "-n", "64", "--tp", "8", "--pp", "4", "--micro-batch", "1",
+       "--global-batch", "128", "--zero", "1", "--sequence-parallel", "--recompute", "full"]
+
+
+def _run(args):
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    return res.output.splitlines()
+
+
+def _explain_lines(cluster):
+    out = _run(PLAN + ["-c", cluster])
+    start = out.index(next(ln for ln in out if ln.startswith("  step-time part")))
+    parts = out[start + 1:start + 14]           # the 12 parts and step_time_s
+    assert parts[-1].lstrip().startswith("step_time_s"), parts
+    why = next(ln for ln in out[start:] if ln.startswith("why: "))
+    without = [ln for ln in out if ln.startswith("  without ")]
+    split = next(ln for ln in out if "simulate's microbatch_stage_time_s" in ln)
+    return parts, why, without, split
+
+
+def test_plan_explain_marks_every_time_it_cites_on_an_unfitted_prior():
+    parts, why, without, split = _explain_lines("mi300x-node")
+    for line in parts:      # winner_s, runner_up_s and diff_s, each "<seconds> *"
+        assert len(re.findall(r"[-+]?\d+\.\d{4} \*", line)) == 3, line
+    assert re.search(r"\([-+]?[\d.]+ s \*\)", why), why
+    assert without and all(re.search(r"% slower \* \([\d.]+ s/step \*\)|as fast \([\d.]+ s/step \*\)", ln)
+                           for ln in without), without
+    assert re.search(r"microbatch_stage_time_s [\d,.]+ ms \*", split), split
+
+
+def test_plan_explain_marks_nothing_on_fitted_factors():
+    parts, why, without, split = _explain_lines("dgx-h100")
+    assert not any("*" in ln for ln in parts + [why, split] + without)
+
+
+def test_simulate_why_line_marks_the_seconds_it_cites_on_a_prior_only():
+    prior = _run(SIM + ["-c", "mi300x-node"])
+    fitted = _run(SIM + ["-c", "dgx-h100"])
+    why_prior = " ".join(ln.strip() for ln in prior[next(i for i, ln in enumerate(prior) if ln.startswith("why: ")):][:2])
+    why_fitted = next(ln for ln in fitted if ln.startswith("why: "))
+    # the part it names, with the seconds the table above prints for it and the mark
+    name, seconds = re.search(r"largest other part is (\w+) = ([\d.]+) s \* \(", why_prior).groups()
+    row = next(ln for ln in prior if ln.lstrip().startswith(name + " "))
+    # the table's 4 decimals (5.2775) against the line's 4 significant digits (5.278)
+    assert abs(float(row.split()[1]) - float(seconds)) <= 5.01e-4 and row.split()[2] == "*", (row, why_prior)
+    assert "*" not in why_fitted and re.search(r"= [\d.]+ s \(", why_fitted), why_fitted
+
