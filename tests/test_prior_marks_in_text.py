@@ -1,6 +1,8 @@
 """Every time the planner's --explain and simulate's why line cite on an unfitted efficiency
 prior carries the prior's mark, as the tables' cells beside them do (EfficiencyModel.is_prior:
-"predictions resting on them must say so next to their numbers")."""
+"predictions resting on them must say so next to their numbers"); and the HSDP note says which
+way the plan differs from sharding over every rank."""
+import json
 import re
 
 from click.testing import CliRunner
@@ -57,3 +59,16 @@ def test_simulate_why_line_marks_the_seconds_it_cites_on_a_prior_only():
     assert abs(float(row.split()[1]) - float(seconds)) <= 5.01e-4 and row.split()[2] == "*", (row, why_prior)
     assert "*" not in why_fitted and re.search(r"= [\d.]+ s \(", why_fitted), why_fitted
 
+
+def test_hsdp_note_says_slower_when_the_fixed_hybrid_sharding_is_slower():
+    out = "\n".join(_run(["plan", "-m", "llama3-70b", "-c", "mi300x-node", "-n", "128", "--global-batch", "128",
+                          "--fix", "zero_shard_group=8", "--fix", "recompute=full", "--top", "1", "--explain"]))
+    assert "dp=128 tp=1 pp=1 cp=1" in out and "micro_batch=1 zero=3 recompute=full shard_group=8" in out, out
+    base = ["simulate", "-m", "llama3-70b", "-c", "mi300x-node", "-n", "128", "--micro-batch", "1",
+            "--global-batch", "128", "--zero", "3", "--recompute", "full", "--no-sequence-parallel", "--json"]
+    hsdp = json.loads(CliRunner().invoke(main, base + ["--zero-shard-group", "8"]).output)["step_time_s"]
+    plain = json.loads(CliRunner().invoke(main, base).output)["step_time_s"]
+    assert hsdp > plain         # over groups of 8 the gathers are no shorter here, the states larger
+    note = re.search(r"\(HSDP\): [\d.]+ GiB, ([\d.]+) s \* per step (faster|slower) than sharding over all 128", out)
+    assert note is not None, out
+    assert note.group(2) == "slower" and note.group(1) == f"{hsdp - plain:.3g}", note.group(0)
