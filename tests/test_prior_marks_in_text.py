@@ -72,3 +72,18 @@ def test_hsdp_note_says_slower_when_the_fixed_hybrid_sharding_is_slower():
     note = re.search(r"\(HSDP\): [\d.]+ GiB, ([\d.]+) s \* per step (faster|slower) than sharding over all 128", out)
     assert note is not None, out
     assert note.group(2) == "slower" and note.group(1) == f"{hsdp - plain:.3g}", note.group(0)
+
+
+def test_serve_simulate_s_decode_step_parts_say_they_rest_on_a_prior():
+    """The decode step's parts come from the serving efficiency as TTFT and TPOT do: on A100
+    (ampere: Hopper's factors, unfitted) the note the latencies carry heads the parts too; on H100
+    (fitted) neither carries one."""
+    args = ["serve", "simulate", "-m", "llama3.1-70b", "-b", "vllm", "--tp", "4", "--batch", "83"]
+    prior = _run(args + ["-s", "dgx-a100-80gb"])
+    note = next(ln for ln in prior if ln.startswith("latency and throughput")).removeprefix("latency and throughput")
+    assert note.startswith(" [rests on an unfitted prior: no serving measurement of ampere GPUs"), note
+    assert next(ln for ln in prior if ln.startswith("decode step")) == \
+        "decode step (one token for every request of a rank)" + note
+    fitted = _run(args + ["-s", "dgx-h100"])
+    assert next(ln for ln in fitted if ln.startswith("decode step")) == "decode step (one token for every request of a rank)"
+    assert not any("unfitted prior" in ln for ln in fitted)

@@ -348,11 +348,12 @@ def render_simulation(report) -> str:
     if acc:
         lines.append(acc)
     step = sum(report.decode_breakdown_s.values())
+    # the parts rest on the serving efficiency as the latencies above do: the same note beside them
     if ctx.speculative_tokens:
         lines += ["", f"decode step ({ctx.speculative_tokens + 1} tokens verified for every request of a rank, "
-                      f"{ctx.tokens_per_step_at(d.osl):.2f} kept on average)"]
+                      f"{ctx.tokens_per_step_at(d.osl):.2f} kept on average)" + _prior_note(ctx)]
     else:
-        lines += ["", "decode step (one token for every request of a rank)"]
+        lines += ["", "decode step (one token for every request of a rank)" + _prior_note(ctx)]
     # part names without their "_s": the time_ms column carries the unit
     rows = [[k.removeprefix("decode_").removesuffix("_s"), f"{1e3 * v:.3f}", f"{100 * v / step:.1f}" if step > 0 else "-",
              PART_MEANING[k]] for k, v in report.decode_breakdown_s.items()]
