@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hardware_specs.catalog import BUILTIN_DIR
+from hardware_specs.efficiency_model import PRIOR_MARK
 
 
 def _shown(origin: str, fallback: str) -> str:
@@ -45,6 +46,20 @@ def acceptance_text(ctx, fix: str = "give --draft-acceptance") -> str:
     if not (ctx.speculative_tokens and ctx.acceptance_is_prior):
         return ""
     return f"an unfitted prior: DeepSeek-V3 report section 5.4.3, 85-90% for the second token; {fix}"
+
+
+def mark(ctx) -> str:
+    """``PRIOR_MARK`` with a leading space (" *") where the serving efficiency is an unfitted
+    prior, else "": put beside each number that rests on it, as training's tables do
+    (``paraplan.priors.mark``)."""
+    return f" {PRIOR_MARK}" if ctx.efficiency.prior else ""
+
+
+def legend(ctx) -> str | None:
+    """The line explaining ``mark`` under a table whose cells carry it ("* rests on an unfitted
+    prior: ..."), or None where the serving efficiency is fitted."""
+    text = prior_text(ctx)
+    return f"{PRIOR_MARK} {text}; read the numbers marked {PRIOR_MARK} as a sketch" if text else None
 
 
 def bracketed(text: str) -> str:
@@ -91,4 +106,4 @@ def labelled_plan(plan, ctx, fix: str = "give draft_acceptance"):
                    engine_refused_best=refused)
 
 
-__all__ = ["acceptance_text", "bracketed", "label_columns", "labelled_plan", "notes", "prior_text"]
+__all__ = ["acceptance_text", "bracketed", "label_columns", "labelled_plan", "legend", "mark", "notes", "prior_text"]

@@ -87,3 +87,62 @@ def test_serve_simulate_s_decode_step_parts_say_they_rest_on_a_prior():
     fitted = _run(args + ["-s", "dgx-h100"])
     assert next(ln for ln in fitted if ln.startswith("decode step")) == "decode step (one token for every request of a rank)"
     assert not any("unfitted prior" in ln for ln in fitted)
+
+
+SERVE_PLAN = ["serve", "plan", "-m", "llama3.1-70b", "-n", "8", "--tpot-ms", "50", "--top", "0"]
+#: the front table's row: mode, layout, batch, prefill_batch, gpus_used, then the four numbers
+_FRONT_ROW = re.compile(r"^  (agg|disagg)  .*?  (\d+(?: \*)?) +([\d.]+(?: \*)?) +([\d,]+(?: \*)?) +([\d.]+(?: \*)?)  (yes|no)$")
+
+
+def _serve_plan(system):
+    """(text lines, --json) of SERVE_PLAN on ``system``."""
+    return _run(SERVE_PLAN + ["-s", system]), json.loads(CliRunner().invoke(main, SERVE_PLAN + ["-s", system, "--json"]).output)
+
+
+def _numbers_line(b, star):
+    return (f"      TTFT {b['ttft_ms']:.0f} ms{star} (p90 {b['ttft_p90_ms']:.0f}{star}), TPOT {b['tpot_ms']:.1f} ms{star}, "
+            f"{b['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{star}, {b['tokens_per_s_per_user']:.1f} tokens/s/user{star}")
+
+
+def _front_cells(r, star):
+    return (r["mode"], f"{r['ttft_ms']:.0f}{star}", f"{r['tpot_ms']:.1f}{star}", f"{r['tokens_per_s_per_gpu']:,.0f}{star}",
+            f"{r['tokens_per_s_per_user']:.1f}{star}")
+
+
+def test_serve_plan_marks_each_number_of_its_best_line_and_front_on_a_prior_gpu():
+    """A100 (ampere: Hopper's fitted serving factors, unfitted here): the best line's TTFT, p90,
+    TPOT and tokens/s and every time / rate cell of the front carry " *", as training's plan
+    tables do, and a legend under the table says what it means; --json stays numeric."""
+    out, data = _serve_plan("dgx-a100-80gb")
+    best = data["best"]
+    assert data["efficiency_fitted"] is False
+    assert all(isinstance(best[k], float) for k in ("ttft_ms", "ttft_p90_ms", "tpot_ms", "tokens_per_s_per_gpu"))
+    assert out[out.index(next(ln for ln in out if ln.startswith("best:"))) + 1] == _numbers_line(best, " *")
+    # the aggregated 2 x tp4 at batch 83 (session 68, hopper's factors on A100's datasheet)
+    assert _numbers_line(best, " *") == "      TTFT 993 ms * (p90 1217 *), TPOT 49.8 ms *, 409 tokens/s/GPU *, 20.1 tokens/s/user *"
+    rows = [m.groups() for m in map(_FRONT_ROW.match, out) if m]
+    assert len(rows) == len(data["front"]) > 10
+    assert sorted(r[:5] for r in rows) == sorted(_front_cells(r, " *") for r in data["front"])
+    assert out[-1] == ("* rests on an unfitted prior: no serving measurement of ampere GPUs was fitted; its factors are "
+                       "hopper's fitted ones (hardware_specs/serving_efficiency/ampere.yaml); read the numbers marked * "
+                       "as a sketch")
+
+
+def test_serve_plan_marks_nothing_on_a_fitted_gpu():
+    out, data = _serve_plan("dgx-h100")
+    assert data["efficiency_fitted"] is True
+    assert out[out.index(next(ln for ln in out if ln.startswith("best:"))) + 1] == _numbers_line(data["best"], "")
+    rows = [m.groups() for m in map(_FRONT_ROW.match, out) if m]
+    assert sorted(r[:5] for r in rows) == sorted(_front_cells(r, "") for r in data["front"]) and rows
+    assert not any("*" in ln or "unfitted prior" in ln for ln in out)
+
+
+def test_serve_plan_csv_stays_numeric_on_a_prior_gpu():
+    import io
+
+    import pandas as pd
+    res = CliRunner().invoke(main, SERVE_PLAN + ["-s", "dgx-a100-80gb", "--csv"])
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(io.StringIO(res.output))
+    assert all(df[c].dtype.kind == "f" for c in ("ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_user"))
+    assert df["efficiency_fitted"].tolist() == [False] * len(df)

@@ -680,8 +680,11 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
                      f"({prompts_per_step(b['prefill_batch'])}) + {int(b['decode_workers'])} x decode "
                      f"{b['decode_layout']} (batch {int(b['batch'])} per rank; {_requests(b['concurrency'])} in flight "
                      f"on {_gpus(b['gpus_used'])})")
-    lines.append(f"      TTFT {b['ttft_ms']:.0f} ms (p90 {b['ttft_p90_ms']:.0f}), TPOT {b['tpot_ms']:.1f} ms, "
-                 f"{b['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {b['tokens_per_s_per_user']:.1f} tokens/s/user")
+    # each number resting on an unfitted prior carries the mark, as training's tables do; the
+    # legend under the front says what it means
+    star = serving_priors.mark(ctx)
+    lines.append(f"      TTFT {b['ttft_ms']:.0f} ms{star} (p90 {b['ttft_p90_ms']:.0f}{star}), TPOT {b['tpot_ms']:.1f} ms{star}, "
+                 f"{b['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{star}, {b['tokens_per_s_per_user']:.1f} tokens/s/user{star}")
     if opts is not None:
         lines.append(f"      as one deployment: {simulate_command(b, {**opts, 'gpus': gpus}, moe=ctx.model.moe is not None)}")
         from paraplan.serving_launchable import launch_refusal
@@ -697,8 +700,8 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
         more = compared(float(r["tokens_per_s_per_gpu"]) / float(b["tokens_per_s_per_gpu"]))
         more = "about the same as this one" if more == "about the same" else f"{more} than this one"
         lines.append(f"      the model's best, which {ctx.stack.framework} cannot launch as priced "
-                     f"({refused.refusal}): {describe(r)}, TTFT {r['ttft_ms']:.0f} ms, TPOT {r['tpot_ms']:.1f} ms, "
-                     f"{r['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU ({more}) on {_gpus(r['gpus_used'])}")
+                     f"({refused.refusal}): {describe(r)}, TTFT {r['ttft_ms']:.0f} ms{star}, TPOT {r['tpot_ms']:.1f} ms{star}, "
+                     f"{r['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{star} ({more}) on {_gpus(r['gpus_used'])}")
     lines += plan.why
     front = plan.front
     lines += ["", f"Pareto front (tokens/s/GPU vs tokens/s/user, TTFT <= {ttft_ms:g} ms), per mode"]
@@ -710,9 +713,9 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
         lay = r["layout"] if r["mode"] == "agg" else f"P {r['prefill_layout']} x{int(r['prefill_workers'])} / D {r['decode_layout']} x{int(r['decode_workers'])}"
         # a disaggregated row is only determined with its prefill batch (serve simulate --prefill-batch)
         prefill_batch = "-" if r["mode"] == "agg" else int(r["prefill_batch"])
-        rows.append([r["mode"], lay, int(r["batch"]), prefill_batch, int(r["gpus_used"]), f"{r['ttft_ms']:.0f}",
-                     f"{r['tpot_ms']:.1f}", f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['tokens_per_s_per_user']:.1f}",
-                     "yes" if r["meets_slo"] else "no"])
+        rows.append([r["mode"], lay, int(r["batch"]), prefill_batch, int(r["gpus_used"]), f"{r['ttft_ms']:.0f}{star}",
+                     f"{r['tpot_ms']:.1f}{star}", f"{r['tokens_per_s_per_gpu']:,.0f}{star}",
+                     f"{r['tokens_per_s_per_user']:.1f}{star}", "yes" if r["meets_slo"] else "no"])
     lines.append(format_table(rows, ["mode", "layout", "batch", "prefill_batch", "gpus_used", "ttft_ms", "tpot_ms",
                                      "tokens_per_s_per_gpu", "tokens_per_s_per_user", "meets_slo"], align="llrrrrrrrl",
                               indent="  ").rstrip())
@@ -728,6 +731,8 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
     if left:
         lines.append(f"  (--top {top} rows of each mode; left out: {', '.join(left)}; --top 0 prints them, "
                      "--csv and --json hold every row)")
+    if star:
+        lines.append(serving_priors.legend(ctx))
     return "\n".join(lines) + "\n"
 
 
