@@ -410,3 +410,36 @@ def test_plan_without_a_global_batch_names_the_flags_as_simulate_does():
         line = one_line_error(run("plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "64", *args), "--global-batch",
                               "(give --global-batch SEQUENCES or --global-batch-tokens TOKENS)")
         assert "the command's --help says what it takes" not in line
+
+
+def test_a_pooled_plan_prints_the_simulate_command_that_gives_its_best_plans_step(small, tmp_path, monkeypatch):
+    """A one-kind plan prints its best plan as a simulate command; a pooled plan prints the
+    --json + ``simulate --plan`` route (``--group`` has no per-group micro-batch counts), and
+    following it literally gives the plan row's step time. Llama-3-8B on 16 A100 + 8 H100: the best
+    is two replica groups, 2x a100 tp4 pp2 + 4x h100 tp2 pp1, sharing the batch."""
+    import shlex
+    args = ["plan", "-m", "llama3-8b", "-c", small, "--global-batch", "64", "--max-micro-batch", "2",
+            "--headroom-gib", "2", "--top", "1"]
+    out = run(*args).stdout.splitlines()
+    best = out.index("best plan: 2x a100 tp4 pp2 [17,15] + 4x h100 tp2 pp1 [32]")
+    assert out[best + 1:best + 3] == [
+        "best plan as one run (its step, each group and stage, memory per pool): save this command's --json "
+        "(> plan.json), then",
+        f"  paraplan simulate -m llama3-8b -c {shlex.quote(str(small))} --plan plan.json --headroom-gib 2"]
+    monkeypatch.chdir(tmp_path)
+    planned = run(*args, "--json")
+    Path("plan.json").write_text(planned.stdout)
+    command = shlex.split(out[best + 2])
+    assert command[:2] == ["paraplan", "simulate"]
+    s = run(*command[1:], "--json")
+    assert s.exit_code == 0, s.output
+    row = json.loads(planned.stdout)["plans"][0]
+    assert json.loads(s.stdout)["step_time_s"] == row["step_time_s"]
+    # and the text the table prints for it
+    assert f"{row['step_time_s']:.4g}" in next(ln for ln in out if ln.startswith("   1  "))
+
+
+def test_a_pooled_plan_without_a_headroom_prints_the_command_without_one(small):
+    import shlex
+    out = run("plan", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", "--max-micro-batch", "2").stdout
+    assert f"\n  paraplan simulate -m gpt3-1.3b -c {shlex.quote(str(small))} --plan plan.json\n" in out

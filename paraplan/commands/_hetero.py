@@ -284,8 +284,9 @@ def _fitted_plan_dict(plan, report, seq_len: int) -> dict:
     return {**plan_dict(plan), "seq_len": int(seq_len), "efficiency_fitted": not report.prior_pools}
 
 
-def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -> str:
-    """``paraplan plan`` output for a pooled cluster."""
+def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool, rerun: str | None = None) -> str:
+    """``paraplan plan`` output for a pooled cluster; ``rerun``: the ``simulate --plan plan.json``
+    command that prices the best plan once its --json is saved to plan.json (the text says so)."""
     comp = result.comparison()
     table = result.plans.head(top)
     if as_json or as_csv:
@@ -340,6 +341,9 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -
                "--zero, no CP or activation offload);\n`paraplan plan -c <the pool's cluster> -n <its GPUs>` searches "
                "one kind's whole space and can be faster\n")
     out.append(f"\nbest plan: {layout_text(result.best)}\n")
+    if rerun:       # as a one-kind plan prints its simulate command: the same step, per group, stage and pool
+        out.append("best plan as one run (its step, each group and stage, memory per pool): save this command's "
+                   f"--json (> plan.json), then\n  {rerun}\n")
     cells = []
     show_dtype = table["dtype"].nunique() > 1
     for r in table.to_dict("records"):

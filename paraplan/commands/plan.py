@@ -593,7 +593,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
             if given(name) == click.core.ParameterSource.COMMANDLINE and value:
                 # the pooled search never shards over groups, searches memory or offloads
                 raise InputError("--" + name.replace("_", "-"), "not searched on pooled clusters", "drop it")
-        _plan_pooled(spec, cluster, gpus, global_batch, global_batch_tokens, top, max_tp, fix, headroom_gib, dtypes,
+        _plan_pooled(spec, model, cluster, gpus, global_batch, global_batch_tokens, top, max_tp, fix, headroom_gib, dtypes,
                      as_json, as_csv, pareto, explain, max_micro_batch, emit, explicit, stack)
         return
     if gpus is None:
@@ -729,9 +729,22 @@ def _check_pooled_schedule(schedule) -> None:
                      f"{Schedule.ONE_F_ONE_B.value})")
 
 
-def _plan_pooled(spec, cluster, gpus, global_batch, global_batch_tokens, top, max_tp, fix, headroom_gib, dtypes,
+def pooled_simulate_command(model: str, cluster: str, plan_file: str, headroom_gib: float | None = None) -> str:
+    """The ``paraplan simulate`` command that prices a pooled plan saved by ``plan --json`` to
+    ``plan_file`` (``--plan`` reads its ``best_plan``: the groups, batch, seq_len, dtype and the
+    stack's switches it was planned with), with the request's model, cluster and headroom (the
+    fit verdict's). ``--group`` cannot say it: it has no per-group micro-batch counts, and the
+    groups' share of the batch is what the search chose."""
+    args = ["paraplan", "simulate", "-m", model, "-c", cluster, "--plan", plan_file]
+    if headroom_gib is not None:
+        args += ["--headroom-gib", f"{headroom_gib:g}"]
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def _plan_pooled(spec, model, cluster, gpus, global_batch, global_batch_tokens, top, max_tp, fix, headroom_gib, dtypes,
                  as_json, as_csv, pareto, explain, max_micro_batch, emit, explicit, stack=DEFAULT_TRAINING_STACK) -> None:
-    """``plan`` on a pooled cluster (``planners.heterogeneous``; output in ``commands._hetero``)."""
+    """``plan`` on a pooled cluster (``planners.heterogeneous``; output in ``commands._hetero``);
+    ``model``: the model as given (a name or a file), for the ``simulate`` command it prints."""
     from hardware_specs.catalog import load_pooled_cluster
     from paraplan.commands._hetero import plan_outputs
     from planners.heterogeneous import plan_heterogeneous
@@ -760,4 +773,5 @@ def _plan_pooled(spec, cluster, gpus, global_batch, global_batch_tokens, top, ma
         recomputes=(explicit["recompute"],) if explicit.get("recompute") else None,
         zeros=(explicit["zero"],) if explicit.get("zero") is not None else (0, 1), headroom_gib=headroom_gib,
         top=max(top, 1), stack=stack)
-    click.echo(plan_outputs(result, top, as_json, as_csv, explain), nl=False)
+    click.echo(plan_outputs(result, top, as_json, as_csv, explain,
+                            rerun=pooled_simulate_command(model, cluster, "plan.json", headroom_gib)), nl=False)
