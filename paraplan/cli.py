@@ -76,7 +76,11 @@ def _umask_mode() -> int:
 def _refuse_special(target: Path, field: str) -> None:
     """An existing output that is not a regular file (a device such as /dev/full or /dev/stdout, a
     FIFO, a link to either) is refused: the temp file renamed over it would replace the device
-    node or pipe itself with a regular file (as root, /dev/full becomes a file)."""
+    node or pipe itself with a regular file (as root, /dev/full becomes a file). So is ``-``, which
+    many tools read as standard output and which had been written as a file named ``-``."""
+    if str(target) == "-":
+        raise InputError(field, "'-' is not standard output here: it would write a file named '-'",
+                         "give a file name, or leave the option out to print to the terminal")
     if os.path.exists(target) and not target.is_dir() and not os.path.isfile(target):
         raise InputError(field, f"{target} is not a regular file",
                          "give the path of an ordinary file")

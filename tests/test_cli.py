@@ -858,6 +858,19 @@ def test_an_output_that_is_a_fifo_or_device_is_refused_not_replaced(tmp_path, ar
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.fifo", "to-null"]    # no temp file left
 
 
+@pytest.mark.parametrize("args, field", [
+    (["serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "--tp", "1", "--batch", "8", "--out", "-"], "--out"),
+    (["validate", "heterogeneous", "--json", "--out", "-"], "--out"),
+    (SIM + ["-n", "16", "--pp", "2", "--global-batch", "16", "--trace", "-"], "--trace"),
+])
+def test_a_dash_output_is_refused_not_written_as_a_file_named_dash(tmp_path, monkeypatch, args, field):
+    # `--out -` (standard output to many tools) wrote a file named '-' in the working folder
+    monkeypatch.chdir(tmp_path)
+    assert_one_line_error(run(*args), f"error: {field}: '-' is not standard output here: it would write a file "
+                                      "named '-' (give a file name, or leave the option out to print to the terminal)")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
 def test_a_fifo_in_a_hardware_folder_is_not_a_catalog_entry(tmp_path):
     # `hardware list` and `hardware stacks` blocked for ever on a FIFO named *.yaml in a
