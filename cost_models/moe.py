@@ -177,34 +177,47 @@ FLEX_DISPATCH_PROBS_BYTES = 4.0
 
 def expert_output_bias_work(rows, hidden, local_experts, act_bytes, probs_bytes=None):
     """HBM bytes and kernels of adding the routed experts' output bias, weighted by the routing
-    probabilities, one micro-batch on one GPU, forward and backward.
+    probabilities, one micro-batch on one GPU, forward and backward, on Megatron-Core's unfused
+    expert path.
 
     Megatron-Core's ``TEGroupedMLP`` runs the second expert GEMM without its bias and adds it
     per local expert in Python (NVIDIA/Megatron-LM@d7288711 megatron/core/transformer/moe/
-    experts.py:251-268 ``_apply_bias``: ``torch.cat([t + b * p for each expert's rows])
-    .view(shape).to(t.dtype)``). The weighted bias and the sum are computed in the promoted dtype
-    of the bias (``act_bytes``) and the probabilities (``probs_bytes``, default ``act_bytes``;
-    ``FLEX_DISPATCH_PROBS_BYTES`` under DeepEP / HybridEP): ``s = max(act_bytes, probs_bytes)``
-    bytes an element. Per element of ``rows * hidden``, forward: ``b * p`` writes s, the add
-    reads the expert output (a) and ``b * p`` (s) and writes s, the concatenation reads and
-    writes s; where s > a the final ``.to`` reads s and writes a (one more kernel):
-    ``a + 5 s (+ s + a)`` bytes, ``2 e + 1 (+ 1)`` kernels for ``e`` local experts (in 16-bit,
-    6 passes of a). Backward, per expert, autograd's two products (gradient times ``p``,
-    gradient times ``b``: read s, write s) and their two sums (read s): 6 s and ``4 e`` kernels;
-    the concatenation and the add pass the gradient through as views, except where s > a:
-    the ``.to``'s backward casts the gradient up (read a, write s, one kernel) and autograd casts
-    each expert output's gradient back to its dtype (read s, write a, ``e`` kernels; PyTorch's
-    engine casts an input's gradient to the input's dtype), ``6 s (+ 2 (a + s))`` bytes.
+    experts.py:251-268 ``_apply_bias``, the same at d0b3b775 :296-313 and cd4afffa:
+    ``torch.cat([t + b * p for t, b, p in zip(torch.split(out.view(-1, h), n), biases,
+    torch.split(probs, n))]).view(shape).to(t.dtype)``). The weighted bias and the sum are computed
+    in the promoted dtype of the bias (``act_bytes``) and the probabilities (``probs_bytes``,
+    default ``act_bytes``; ``FLEX_DISPATCH_PROBS_BYTES`` under DeepEP / HybridEP):
+    ``s = max(act_bytes, probs_bytes)`` bytes an element. Per element of ``rows * hidden``,
+    forward: ``b * p`` writes s, the add reads the expert output (a) and ``b * p`` (s) and writes
+    s, the concatenation reads and writes s; where s > a the final ``.to`` reads s and writes a
+    (one more kernel): ``a + 5 s (+ s + a)`` bytes, ``2 e + 1 (+ 1)`` kernels for ``e`` local
+    experts (in 16-bit, 6 passes of a).
+
+    Backward, as PyTorch's autograd runs it (``CatBackward0`` hands each input a ``narrow`` view
+    of the gradient, ``ViewBackward0`` and ``UnsqueezeBackward0`` reshape, no copy;
+    ``SplitWithSizesBackward0`` is ``split_with_sizes_backward``, an ``at::cat`` of the pieces'
+    gradients, a copy): per expert the two products of ``b * p``'s backward (gradient times
+    ``p``, gradient times ``b``: read s, write s) and their reductions to ``b``'s and ``p``'s shapes
+    (read s): 6 s and ``4 e`` kernels; the split of the expert output concatenates its gradient
+    (read a, write a, one kernel) and the split of the probabilities theirs (``rows`` of
+    ``probs_bytes``, read and write, one kernel). Where s > a: the ``.to``'s backward casts the
+    gradient up (read a, write s, one kernel), the engine casts each expert output's gradient back
+    to its dtype (read s, write a, ``e`` kernels) and each bias gradient (``hidden`` elements, read
+    s, write a, ``e`` kernels). ``6 s + 2 a (+ 2 (a + s))`` bytes an element, ``4 e + 2 (+ 1 + 2 e)``
+    kernels.
     """
     a = _f(act_bytes)
-    s = np.maximum(a, a if probs_bytes is None else _f(probs_bytes))
+    p = a if probs_bytes is None else _f(probs_bytes)
+    s = np.maximum(a, p)
     promoted = np.where(s > a, 1.0, 0.0)
-    elems = _f(rows) * float(hidden)
+    rows = _f(rows)
+    elems = rows * float(hidden)
     e = _f(local_experts)
     return {"fwd_bytes": elems * (a + 5.0 * s + promoted * (s + a)),
-            "bwd_bytes": elems * (6.0 * s + promoted * 2.0 * (a + s)),
+            "bwd_bytes": (elems * (6.0 * s + 2.0 * a + promoted * 2.0 * (a + s)) + rows * 2.0 * p
+                          + promoted * e * float(hidden) * (s + a)),
             "fwd_kernels": 2.0 * e + 1.0 + promoted,
-            "bwd_kernels": 4.0 * e + promoted * (1.0 + e)}
+            "bwd_kernels": 4.0 * e + 2.0 + promoted * (1.0 + 2.0 * e)}
 
 
 #: forward and backward passes over one FC1-output half (width f) per row of an eagerly clamped

@@ -139,11 +139,15 @@ def test_the_stacks_fp8_recipe_sets_current_scaling():
     assert stack_config_fields(load_stack("megatron-core"), "fp8")["fp8_current_scaling"] is False
 
 
-def test_the_expert_output_bias_is_added_per_local_expert_in_six_row_passes_each_way():
-    # 16 local experts, 16,384 routed rows of 2,880 bf16 elements (GPT-OSS 120B at EP 8)
+def test_the_expert_output_bias_is_added_per_local_expert_in_six_row_passes_and_undone_in_eight():
+    # 16 local experts, 16,384 routed rows of 2,880 bf16 elements (GPT-OSS 120B at EP 8). Backward,
+    # as autograd runs _apply_bias: the two products of b * p and their reductions (6 passes), the
+    # split of the expert output concatenates its gradient (SplitWithSizesBackward0 = at::cat: read,
+    # write), the split of the probabilities theirs (16,384 x 2 bytes read and written)
     work = moe.expert_output_bias_work(16384.0, 2880, 16.0, 2.0)
-    assert float(work["fwd_bytes"]) == 6 * 16384 * 2880 * 2 == float(work["bwd_bytes"])
-    assert float(work["fwd_kernels"]) == 2 * 16 + 1 and float(work["bwd_kernels"]) == 4 * 16
+    assert float(work["fwd_bytes"]) == 6 * 16384 * 2880 * 2
+    assert float(work["bwd_bytes"]) == 8 * 16384 * 2880 * 2 + 16384 * 2 * 2
+    assert float(work["fwd_kernels"]) == 2 * 16 + 1 and float(work["bwd_kernels"]) == 4 * 16 + 2
 
 
 def test_a_biased_moe_block_pays_the_bias_passes_and_an_unbiased_one_does_not():
@@ -169,16 +173,19 @@ def test_float32_probabilities_promote_the_expert_output_bias_to_float32():
     # the rows x hidden output, forward: b * p writes 4; the add reads 2 (bf16 output) + 4, writes 4;
     # the cat reads 4, writes 4; .to reads 4, writes 2: 28 bytes (bf16 probabilities: 12), one
     # kernel more (.to). Backward: .to's backward reads 2, writes 4; the two products read 4 and
-    # write 4 each, their sums read 4 each (24); each expert output's gradient is cast back (read
-    # 4, write 2): 6 + 24 + 6 = 36 bytes (bf16: 12), kernels 4 e + 1 + e.
+    # write 4 each, their reductions read 4 each (24); each expert output's gradient is cast back
+    # (read 4, write 2) and the split's at::cat copies them (read 2, write 2): 6 + 24 + 6 + 4 = 40
+    # bytes (bf16: 16); per row the probabilities' split copies their fp32 gradient (8 bytes; bf16 4),
+    # per bias element its gradient is cast back (read 4, write 2). Kernels 4 e + 2 + 1 + 2 e.
     elems = 65536 * 2880
     fp32 = moe.expert_output_bias_work(65536.0, 2880, 2.0, 2.0, probs_bytes=4.0)
-    assert float(fp32["fwd_bytes"]) == 28 * elems and float(fp32["bwd_bytes"]) == 36 * elems
-    assert float(fp32["fwd_kernels"]) == 2 * 2 + 1 + 1 and float(fp32["bwd_kernels"]) == 4 * 2 + 1 + 2
-    # bf16 probabilities (the all-to-all dispatcher, gpt-oss's router dtype unset) are the six passes
+    assert float(fp32["fwd_bytes"]) == 28 * elems
+    assert float(fp32["bwd_bytes"]) == 40 * elems + 65536 * 8 + 2 * 2880 * 6
+    assert float(fp32["fwd_kernels"]) == 2 * 2 + 1 + 1 and float(fp32["bwd_kernels"]) == 4 * 2 + 2 + 1 + 2 * 2
+    # bf16 probabilities (the all-to-all dispatcher, gpt-oss's router dtype unset)
     same = moe.expert_output_bias_work(65536.0, 2880, 2.0, 2.0, probs_bytes=2.0)
-    assert float(same["fwd_bytes"]) == 12 * elems == float(same["bwd_bytes"])
-    assert float(same["fwd_kernels"]) == 5 and float(same["bwd_kernels"]) == 8
+    assert float(same["fwd_bytes"]) == 12 * elems and float(same["bwd_bytes"]) == 16 * elems + 65536 * 4
+    assert float(same["fwd_kernels"]) == 5 and float(same["bwd_kernels"]) == 10
 
 
 def test_the_flex_dispatcher_prices_the_float32_bias_only_on_the_unfused_expert_path():
