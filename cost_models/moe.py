@@ -44,6 +44,7 @@ from cost_models.params import (attention_params, expert_params_per_moe_layer, l
 from cost_models.topology import group_collective_time_s, group_forwarded_all_to_all_time_s, group_span
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
+from hardware_specs.stack_spec import EXPERT_OUTPUT_BIAS_IMPLS
 from model_specs.model_spec import ModelSpec
 
 #: fp32 router work per (token, expert) logit in forward: write logits (4), softmax/sigmoid
@@ -178,7 +179,7 @@ FLEX_DISPATCH_PROBS_BYTES = 4.0
 def expert_output_bias_work(rows, hidden, local_experts, act_bytes, probs_bytes=None):
     """HBM bytes and kernels of adding the routed experts' output bias, weighted by the routing
     probabilities, one micro-batch on one GPU, forward and backward, on Megatron-Core's unfused
-    expert path.
+    expert path (``expert_output_bias`` ``megatron_eager``).
 
     Megatron-Core's ``TEGroupedMLP`` runs the second expert GEMM without its bias and adds it
     per local expert in Python (NVIDIA/Megatron-LM@d7288711 megatron/core/transformer/moe/
@@ -218,6 +219,83 @@ def expert_output_bias_work(rows, hidden, local_experts, act_bytes, probs_bytes=
                           + promoted * e * float(hidden) * (s + a)),
             "fwd_kernels": 2.0 * e + 1.0 + promoted,
             "bwd_kernels": 4.0 * e + 2.0 + promoted * (1.0 + 2.0 * e)}
+
+
+#: rows of one partial bias-gradient row that Transformer Engine's grouped MXFP8 quantisation
+#: writes when it reduces the bias gradient on the way (``CHUNK_DIM_Y``,
+#: NVIDIA/TransformerEngine@4220403e transformer_engine/common/cast/mxfp8/group_quantize_mxfp8.cuh:35,
+#: the fp32 workspace ``DIVUP(rows, CHUNK_DIM_Y) x hidden`` at :874-878, reduced by
+#: ``grouped_reduce_dbias`` at :991)
+DBIAS_QUANTIZE_CHUNK_ROWS = 128.0
+
+
+def fused_expert_output_bias_work(rows, hidden, local_experts, act_bytes, scaled, probs_bytes=4.0):
+    """HBM bytes and kernels of the routed experts' output bias where Megatron-Core runs the
+    experts through Transformer Engine's op fuser and its fused MXFP8 grouped MLP (``expert_output_bias``
+    ``fused_mlp_epilogue`` / ``fused_mlp_scaled``), one micro-batch on one GPU.
+
+    Megatron-Core builds FC2 as a ``te.pytorch.ops.GroupedLinear`` with the bias
+    (NVIDIA/Megatron-LM@d0b3b775 megatron/core/transformer/moe/experts.py:494-519 ``_make_fused_ops``;
+    cd4afffa adds ``scale_bias=True`` and passes the probabilities to it, experts.py:536-549, :673-683,
+    and requires ``NVTE_CUTEDSL_FUSED_GROUPED_MLP`` for a GLU, :389), and Transformer Engine fuses FC1, the scaled GLU and FC2 into cuDNN
+    front-end CuTe kernels where ``NVTE_CUTEDSL_FUSED_GROUPED_MLP`` is set on an SM 10.x GPU under
+    MXFP8 (NVIDIA/TransformerEngine@4220403e transformer_engine/pytorch/ops/_common.py:212-290
+    ``fuse_grouped_mlp_ops``; the Megatron-Bridge presets set it with the fuser, v0.5.0
+    scripts/performance/perf_plugins.py:308-309, v0.6.0 perf_recipes/gpt_oss/gb300/gpt_oss.py:171).
+
+    Forward: the FC2 kernel adds the bias (times the probability where ``scaled``) in its
+    epilogue (TE@4220403e ops/fused/forward_grouped_mlp.py:388-404 ``bias_tensor``, ``prob_tensor``;
+    TE@4329ff84 ops/fused/grouped_mlp.py:1370-1378): no pass over the rows; the per-expert biases
+    are stacked for it (``_pack_grouped_linear_bias_for_cudnn``, ``torch.stack``: ``e * hidden``
+    elements read and written, one kernel), and where ``scaled`` with probabilities narrower than
+    fp32 they are cast up (``rows``, one kernel; HybridEP / DeepEP hand fp32 ones).
+
+    Backward, unscaled (Megatron-Core d0b3b775 with TE 2.16, NeMo 26.06 / 26.06.01): the output
+    gradient's MXFP8 quantisation reduces the bias gradient on the way
+    (TE@4220403e ops/fused/backward_grouped_mlp.py:409-415 ``tex.bgrad_group_quantize``): fp32
+    partial sums, ``ceil(rows / DBIAS_QUANTIZE_CHUNK_ROWS) x hidden``, written and read back by one
+    more kernel that writes the ``e x hidden`` gradient. Scaled (Megatron-Core cd4afffa with TE
+    2.17.1, NeMo 26.08): the quantisation carries no bias gradient; the biases are stacked again,
+    an fp32 gradient buffer zeroed, and a Triton kernel reads the output gradient once for the bias
+    gradient (sum of gradient times probability) and the probabilities' (gradient dot bias, fp32
+    atomics into the ``rows`` probability gradients), then the bias gradient is cast to the
+    activations' dtype (TE@4329ff84 ops/fused/grouped_mlp.py:1846-1858
+    ``compute_grouped_dbias_dscales``, triton/grouped_dbias_dscales.py:73-125): ``rows * hidden``
+    of a, 3 fp32 a row (the probability read, its gradient read and written), and per bias element
+    ``4 a + 16`` (stack 2 a, zeroing 4, the kernel's read a and fp32 atomics 8, the cast 4 + a); 4
+    kernels.
+    """
+    a = _f(act_bytes)
+    scaled = np.asarray(scaled, dtype=bool)
+    rows = _f(rows)
+    e = _f(local_experts)
+    vec = e * float(hidden)                  # the local experts' bias elements
+    up_cast = np.where(scaled & (_f(probs_bytes) < 4.0), 1.0, 0.0)
+    partial = np.ceil(rows / DBIAS_QUANTIZE_CHUNK_ROWS) * float(hidden) * 4.0
+    unscaled_bwd = 2.0 * partial + vec * a
+    scaled_bwd = rows * float(hidden) * a + rows * 12.0 + vec * (4.0 * a + 16.0)
+    return {"fwd_bytes": 2.0 * vec * a + up_cast * rows * (_f(probs_bytes) + 4.0),
+            "bwd_bytes": np.where(scaled, scaled_bwd, unscaled_bwd),
+            "fwd_kernels": 1.0 + up_cast,
+            "bwd_kernels": np.where(scaled, 4.0, 1.0)}
+
+
+#: expert-output-bias implementation name -> integer code (``ConfigBatch.expert_output_bias``)
+EXPERT_OUTPUT_BIAS_CODES = {name: i for i, name in enumerate(EXPERT_OUTPUT_BIAS_IMPLS)}
+
+
+def expert_bias_work(rows, hidden, local_experts, act_bytes, dispatch_dedup, impl):
+    """``expert_output_bias_work`` or ``fused_expert_output_bias_work``, per row of ``impl`` (a name
+    of ``EXPERT_OUTPUT_BIAS_IMPLS`` or codes): the probabilities reach the experts in fp32 under the
+    flex dispatcher (``dispatch_dedup``, ``FLEX_DISPATCH_PROBS_BYTES``), else in ``act_bytes``."""
+    code = (np.asarray(EXPERT_OUTPUT_BIAS_CODES[impl]) if isinstance(impl, str)
+            else np.asarray(impl, dtype=np.int64))
+    probs_bytes = np.where(np.asarray(dispatch_dedup, dtype=bool), FLEX_DISPATCH_PROBS_BYTES, _f(act_bytes))
+    eager = expert_output_bias_work(rows, hidden, local_experts, act_bytes, probs_bytes)
+    fused = fused_expert_output_bias_work(rows, hidden, local_experts, act_bytes,
+                                          code == EXPERT_OUTPUT_BIAS_CODES["fused_mlp_scaled"], probs_bytes)
+    on_eager = code == EXPERT_OUTPUT_BIAS_CODES["megatron_eager"]
+    return {key: np.where(on_eager, eager[key], fused[key]) for key in eager}
 
 
 #: forward and backward passes over one FC1-output half (width f) per row of an eagerly clamped
@@ -279,7 +357,7 @@ def routed_expert_gemms(model: ModelSpec, tokens, ep, etp=1, load_imbalance=1.0,
 
 def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_imbalance=1.0, tp=1, sp=True,
                   current_scaling=False, glu_clamp_eager=False, grouped_gemm_streams=1, dispatch_dedup=False,
-                  rht_cast_fusion=False):
+                  rht_cast_fusion=False, expert_output_bias="megatron_eager"):
     """Forward seconds, FLOPs and all-to-all sizes of one MoE block on one GPU, one micro-batch.
 
     ``tokens`` is the same quantity ``layer_costs.dense_mlp_costs`` takes: tokens the GPU's
@@ -313,6 +391,10 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
     (``grouped_gemm_time_s``; ``TrainingBehaviour.grouped_gemm_streams``, 1 = one after another).
     ``rht_cast_fusion`` (per row): NVFP4's two copies of an operand in one kernel
     (``layer_costs.linear_cast_bytes``).
+    ``expert_output_bias`` (a name of ``EXPERT_OUTPUT_BIAS_IMPLS``, or codes per row): how a biased
+    model's routed-expert output bias is added, Megatron-Core's unfused ``_apply_bias``
+    (``expert_output_bias_work``, its arithmetic in fp32 under ``dispatch_dedup``) or inside the op
+    fuser's fused grouped MLP (``fused_expert_output_bias_work``).
 
     Returns a dict of float arrays: ``gemm_fwd_s`` (router + experts + shared),
     ``expert_gemm_fwd_s``, ``shared_gemm_fwd_s``, the shared experts' fc1 and fc2 GEMM seconds
@@ -412,14 +494,8 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
                       + (2.0 * k + 1.0) * routed * row_bytes
                       + tokens * act_bwd * f_sh / tp * rates.act_bytes
                       + tokens * h * rates.act_bytes * (REPLICATED_ELEMENTWISE_UNITS_BWD / 2) / split)
-    # float32 probabilities reach ``_apply_bias`` under the flex dispatcher; only the unfused
-    # expert path runs it, the one that clamps a GLU eagerly: Megatron-Core's op-fuser path
-    # (``use_transformer_engine_op_fuser``, the recipes that set ``glu_clamp_eager`` false) returns
-    # from ``_fused_forward`` before it (NVIDIA/Megatron-LM@d0b3b775 experts.py:648-654, :788)
-    flex_probs = np.asarray(dispatch_dedup, dtype=bool) & np.asarray(glu_clamp_eager, dtype=bool)
-    probs_bytes = np.where(flex_probs, FLEX_DISPATCH_PROBS_BYTES, rates.act_bytes)
-    bias = (expert_output_bias_work(rows, d_e, local_experts, rates.act_bytes, probs_bytes) if model.linear_bias
-            else None)
+    bias = (expert_bias_work(rows, d_e, local_experts, rates.act_bytes, dispatch_dedup, expert_output_bias)
+            if model.linear_bias else None)
     clamp = eager_glu_clamp(model, glu_clamp_eager)
     clamp_fwd, clamp_bwd = glu_clamp_bytes(rows, f_exp / etp, rates.act_bytes)
     clamp_kernels = np.where(clamp, GLU_CLAMP_KERNELS, 0.0)

@@ -96,6 +96,17 @@ RECIPE_RECOMPUTE = ("none", "selective", "full")
 #: kernels), ``torch_eager`` = ``F.cross_entropy`` on an fp32 copy in eager PyTorch,
 #: ``flash_attn_xentropy`` = flash-attn's fused ``CrossEntropyLoss``.
 CROSS_ENTROPY_IMPLS = ("megatron_unfused", "megatron_fused", "te_triton", "torch_eager", "flash_attn_xentropy")
+#: how a stack adds a biased MoE's routed-expert output bias, scaled by the routing probabilities
+#: (``TrainingBehaviour.expert_output_bias``; HBM traffic and kernels in ``cost_models.moe``):
+#: ``megatron_eager`` = Megatron-Core's unfused ``TEGroupedMLP._apply_bias``, per-expert PyTorch ops
+#: after the FC2 GEMM (``moe.expert_output_bias_work``); ``fused_mlp_epilogue`` = Megatron-Core's op
+#: fuser (``use_transformer_engine_op_fuser``) running Transformer Engine's fused MXFP8 grouped MLP,
+#: the bias added unscaled in FC2's epilogue and its gradient reduced in the output gradient's
+#: quantisation (Megatron-Core d0b3b775); ``fused_mlp_scaled`` = the same with FC2's
+#: ``scale_bias`` (Megatron-Core cd4afffa), the epilogue adding bias times probability and a Triton
+#: kernel reading the output gradient for the bias and probability gradients
+#: (``moe.fused_expert_output_bias_work``)
+EXPERT_OUTPUT_BIAS_IMPLS = ("megatron_eager", "fused_mlp_epilogue", "fused_mlp_scaled")
 #: parallelisms and sharding a training stack may lack (``TrainingBehaviour.lacks``), each with
 #: what a plan uses when it needs it: a release without one cannot run such a plan, so
 #: ``simulate`` refuses it and the planner does not propose it (``simulator.stack_support``).
@@ -182,6 +193,7 @@ _TRAINING_CHOICES = (
     ("context_parallel_kind", CP_KINDS, "flavour"),
     ("cp_allgather_backward", CP_ALLGATHER_BACKWARD, "value"),
     ("cross_entropy", CROSS_ENTROPY_IMPLS, "implementation"),
+    ("expert_output_bias", EXPERT_OUTPUT_BIAS_IMPLS, "implementation"),
 )
 
 
@@ -293,6 +305,12 @@ class TrainingBehaviour:
             ``moe.glu_clamp_bytes``), as Megatron-Core's ``weighted_bias_quick_geglu_impl`` does;
             False = the clamp runs inside the activation kernel (Transformer Engine's
             ``ScaledClampedQGeGLU`` under Megatron-Core's op fuser) or the model has no clamp.
+        expert_output_bias: how the routed experts' output bias of a biased MoE (gpt-oss,
+            ``ModelSpec.linear_bias``) is added, one of ``EXPERT_OUTPUT_BIAS_IMPLS``: Megatron-Core's
+            unfused per-expert ``_apply_bias`` (``megatron_eager``, in fp32 where the flex
+            dispatcher hands fp32 probabilities), or inside the op fuser's fused grouped MLP
+            (``fused_mlp_epilogue`` without, ``fused_mlp_scaled`` with FC2's ``scale_bias``). Time only
+            (``cost_models.moe.expert_output_bias_work`` / ``fused_expert_output_bias_work``).
         pipe_exchange_blocking: at a pipeline-stage boundary the stage's send waits for the
             peer's receive, then the stage receives the other direction's tensor (DeepSpeed's
             PipelineEngine: blocking ``dist.send`` / ``dist.recv``, one command after the other in
@@ -508,6 +526,7 @@ class TrainingBehaviour:
     softmax_fusion: bool = True
     attention_unpad: bool = False
     glu_clamp_eager: bool = False
+    expert_output_bias: str = "megatron_eager"
     unfused_block_ops: bool = False
     yarn_rope_eager: bool = False
     pipe_exchange_blocking: bool = False

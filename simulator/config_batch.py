@@ -11,7 +11,8 @@ import numpy as np
 
 from cost_models.cross_entropy import CROSS_ENTROPY_CODES
 from cost_models.memory import MODULE_BITS
-from hardware_specs.stack_spec import CROSS_ENTROPY_IMPLS
+from cost_models.moe import EXPERT_OUTPUT_BIAS_CODES
+from hardware_specs.stack_spec import CROSS_ENTROPY_IMPLS, EXPERT_OUTPUT_BIAS_IMPLS
 from simulator.parallel_config import (RECOMPUTE_MODULES, AttentionKernel, CPKind, ParallelConfig, Recompute,
                                        RecomputeMethod, Schedule)
 from simulator.stack_support import lacks_mask, lacks_names
@@ -134,6 +135,7 @@ class ConfigBatch:
     kv_head_replication: np.ndarray = None    # bool, the stack's: read by no cost, kept for row()
     pipeline_p2p_overlap: np.ndarray = None
     pipeline_scatter_gather: np.ndarray = None
+    expert_output_bias: np.ndarray = None     # index into EXPERT_OUTPUT_BIAS_IMPLS
     stack_lacks: np.ndarray = None            # bit mask of stack_support.FEATURE_BITS: read by no cost, kept for row()
     dtype: str = "bf16"
 
@@ -204,6 +206,7 @@ class ConfigBatch:
             pipeline_scatter_gather=col("pipeline_scatter_gather", bool, bool),
             attention_unpad=col("attention_unpad", bool, bool),
             glu_clamp_eager=col("glu_clamp_eager", bool, bool),
+            expert_output_bias=col("expert_output_bias", EXPERT_OUTPUT_BIAS_CODES.get),
             unfused_block_ops=col("unfused_block_ops", bool, bool),
             yarn_rope_eager=col("yarn_rope_eager", bool, bool),
             cross_entropy=col("cross_entropy", CROSS_ENTROPY_CODES.get),
@@ -290,6 +293,7 @@ class ConfigBatch:
             attention_unpad=bool(self.attention_unpad[i]), glu_clamp_eager=bool(self.glu_clamp_eager[i]),
             unfused_block_ops=bool(self.unfused_block_ops[i]), yarn_rope_eager=bool(self.yarn_rope_eager[i]),
             cross_entropy=CROSS_ENTROPY_IMPLS[int(self.cross_entropy[i])],
+            expert_output_bias=EXPERT_OUTPUT_BIAS_IMPLS[int(self.expert_output_bias[i])],
             param_gather_per_tensor=bool(self.param_gather_per_tensor[i]), cuda_graphs=bool(self.cuda_graphs[i]),
             zero3_persistence_elements=float(self.zero3_persistence_elements[i]),
             collective_per_rank_copies=bool(self.collective_per_rank_copies[i]),
@@ -338,4 +342,4 @@ _NEW_COLUMNS = {"recompute_num_layers": 0, "recompute_method": 0, "recompute_lay
                 "zero3_once_per_step": False, "kv_head_replication": False,
                 "zero2_grad_last_microbatch": False, "zero2_gather_every_microbatch": False, "cp_allgather_saves_kv": False,
                 "stack_lacks": 0, "pipeline_p2p_overlap": False,
-                "pipeline_scatter_gather": False}
+                "pipeline_scatter_gather": False, "expert_output_bias": 0}

@@ -165,7 +165,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                 glu_clamp_eager=False, grouped_gemm_streams=1, cross_entropy="megatron_unfused",
                 softmax_scale_pass=True, selective_modules=memory.SELECTIVE_DEFAULT, unfused_block_ops=False,
                 yarn_rope_eager=False, cp_allgather_saves_kv=False, ep_carved_from_dp=False,
-                nvfp4_rht_cast_fusion=False) -> dict:
+                nvfp4_rht_cast_fusion=False, expert_output_bias="megatron_eager") -> dict:
     """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
     module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
     (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,
@@ -187,7 +187,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     RoPE runs as Megatron-Core's eager ops for a YaRN model whose concentration factor is not 1
     (``ParallelConfig.yarn_rope_eager``; ``layer_costs.eager_yarn_rope``). ``nvfp4_rht_cast_fusion``:
     Transformer Engine writes an NVFP4 operand's two copies in one kernel
-    (``ParallelConfig.nvfp4_rht_cast_fusion``; ``layer_costs.linear_cast_bytes``)."""
+    (``ParallelConfig.nvfp4_rht_cast_fusion``; ``layer_costs.linear_cast_bytes``).
+    ``expert_output_bias``: how a biased MoE adds its routed experts' output bias
+    (``ParallelConfig.expert_output_bias``; a name, or codes per row, ``moe.EXPERT_OUTPUT_BIAS_CODES``)."""
     h = float(model.hidden_size)
     s = float(model.seq_len)
     tokens = np.asarray(tokens, dtype=float)
@@ -210,7 +212,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                                                   rht_cast_fusion=nvfp4_rht_cast_fusion)}
         if model.moe is not None:
             b["moe"] = moe_costs.moe_mlp_costs(model, r, tokens, ep, etp, imbalance, tp, sp, fp8_current_scaling,
-                                               glu_clamp_eager, streams, ep_dispatch_dedup, nvfp4_rht_cast_fusion)
+                                               glu_clamp_eager, streams, ep_dispatch_dedup, nvfp4_rht_cast_fusion,
+                                               expert_output_bias)
         if not hybrid:
             return {"dense": a, "moe": a}, b
         # a hybrid layer is one block: the dense slot holds the Mamba, attention and MLP layers

@@ -11,7 +11,8 @@ import numpy as np
 from cost_models.memory import RECOMPUTE_MODULES
 from hardware_specs.errors import InputError, as_float, as_given, shown
 from hardware_specs.gpu_spec import KNOWN_DTYPES
-from hardware_specs.stack_spec import CROSS_ENTROPY_IMPLS, check_grouped_gemm_streams, feature_names
+from hardware_specs.stack_spec import (CROSS_ENTROPY_IMPLS, EXPERT_OUTPUT_BIAS_IMPLS, check_grouped_gemm_streams,
+                                       feature_names)
 
 
 class Recompute(str, Enum):
@@ -289,6 +290,11 @@ class ParallelConfig:
         glu_clamp_eager: a clamped GLU (``ModelSpec.glu_clamp_limit``) is clamped by separate
             ops before the activation kernel (Megatron-Core without its op fuser;
             ``moe.glu_clamp_bytes``); no effect on a model without a clamp.
+        expert_output_bias: how a biased MoE's routed-expert output bias is added
+            (``TrainingBehaviour.expert_output_bias``, one of
+            ``hardware_specs.stack_spec.EXPERT_OUTPUT_BIAS_IMPLS``): Megatron-Core's unfused
+            ``_apply_bias`` or inside the op fuser's fused grouped MLP (``cost_models.moe``); no
+            effect on a model without biases.
         grouped_gemm_streams: how many per-expert GEMMs of a grouped linear run concurrently
             (Transformer Engine's 4 compute streams; ``moe.grouped_gemm_time_s``); 1 = one after
             another.
@@ -446,6 +452,7 @@ class ParallelConfig:
     pipeline_scatter_gather: bool = False
     attention_unpad: bool = False
     glu_clamp_eager: bool = False
+    expert_output_bias: str = "megatron_eager"
     unfused_block_ops: bool = False
     yarn_rope_eager: bool = False
     grouped_gemm_streams: int = 1
@@ -566,6 +573,9 @@ class ParallelConfig:
         if self.cross_entropy not in CROSS_ENTROPY_IMPLS:
             raise InputError("cross_entropy", f"unknown implementation {self.cross_entropy!r}",
                              "choose one of " + ", ".join(CROSS_ENTROPY_IMPLS))
+        if self.expert_output_bias not in EXPERT_OUTPUT_BIAS_IMPLS:
+            raise InputError("expert_output_bias", f"unknown implementation {self.expert_output_bias!r}",
+                             "choose one of " + ", ".join(EXPERT_OUTPUT_BIAS_IMPLS))
         if self.dtype not in KNOWN_DTYPES:
             raise InputError("dtype", f"unknown dtype {self.dtype!r}", "choose one of " + ", ".join(KNOWN_DTYPES))
         if self.vpp > 1 and self.schedule == Schedule.ONE_F_ONE_B:

@@ -143,7 +143,7 @@ _FULL = RECOMPUTE_CODES[Recompute.FULL]
 LAYER_KEY_FIELDS = ("tp", "cp", "micro_batch", "sequence_parallel", "recompute", "ep", "etp",
                     "moe_load_imbalance", "tp_comm_overlap", "cp_kind", "attention_kernel", "flash_attention",
                     "ep_comm_overlap", "tp_backward_overlap", "softmax_fusion", "cuda_graphs", "recompute_modules",
-                    "ep_dispatch_dedup", "fp8_current_scaling", "attention_unpad", "glu_clamp_eager",
+                    "ep_dispatch_dedup", "fp8_current_scaling", "attention_unpad", "glu_clamp_eager", "expert_output_bias",
                     "grouped_gemm_streams", "cross_entropy", "softmax_scale_pass", "selective_modules",
                     "unfused_block_ops", "moe_probs_in_expert", "yarn_rope_eager", "cp_allgather_saves_kv",
                     "ep_carved_from_dp", "nvfp4_rht_cast_fusion")
@@ -1155,7 +1155,7 @@ def _layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, r
                          batch.attention_unpad, batch.glu_clamp_eager, batch.grouped_gemm_streams,
                          batch.cross_entropy, batch.softmax_scale_pass, batch.selective_modules,
                          batch.unfused_block_ops, batch.yarn_rope_eager, batch.cp_allgather_saves_kv,
-                         batch.ep_carved_from_dp, batch.nvfp4_rht_cast_fusion)
+                         batch.ep_carved_from_dp, batch.nvfp4_rht_cast_fusion, batch.expert_output_bias)
 
 
 def _optimizer_offload_s(cluster: ClusterSpec, batch: ConfigBatch, params_offloaded, grad_window_s,

@@ -13,10 +13,11 @@ from cost_models import moe
 from cost_models.compute import compute_rates, gemm_time_s, kernel_counting_rates
 from cost_models.layer_costs import cast_times, linear_cast_bytes
 from hardware_specs.catalog import load_cluster, load_efficiency, load_stack
+from hardware_specs.errors import InputError
 from model_specs.catalog import load_model
 from simulator.config_batch import ATTENTION_KERNEL_CODES, CP_KIND_CODES
 from simulator.layer_times import layer_times
-from simulator.parallel_config import AttentionKernel, CPKind
+from simulator.parallel_config import AttentionKernel, CPKind, ParallelConfig
 from simulator.stack_defaults import stack_config_fields
 
 ONE = [(4096.0, 8192.0)]          # one linear layer: Y[m, 4096] = X[m, 8192] W
@@ -188,14 +189,36 @@ def test_float32_probabilities_promote_the_expert_output_bias_to_float32():
     assert float(same["fwd_kernels"]) == 5 and float(same["bwd_kernels"]) == 10
 
 
-def test_the_flex_dispatcher_prices_the_float32_bias_only_on_the_unfused_expert_path():
+def test_the_op_fusers_grouped_mlp_adds_the_bias_in_the_gemm_epilogue():
+    # GPT-OSS 120B on GB300 at EP 16 (the 26.06 / 26.08 MXFP8 presets): 16,384 tokens x top 4 =
+    # 65,536 rows of 2,880, 128 / 16 = 8 local experts. Forward, both: the FC2 kernel adds the bias
+    # in its epilogue; only the 8 bias vectors are stacked for it (read and write 8 x 2,880 x 2).
+    unscaled = moe.fused_expert_output_bias_work(65536.0, 2880, 8.0, 2.0, scaled=False)
+    scaled = moe.fused_expert_output_bias_work(65536.0, 2880, 8.0, 2.0, scaled=True)
+    for work in (unscaled, scaled):
+        assert float(work["fwd_bytes"]) == 2 * 8 * 2880 * 2 and float(work["fwd_kernels"]) == 1
+    # backward, unscaled (26.06): the gradient's MXFP8 quantisation writes fp32 partial bias sums,
+    # 65,536 / 128 = 512 rows of 2,880, which one more kernel reads and reduces to 8 x 2,880 bf16
+    assert float(unscaled["bwd_bytes"]) == 2 * 512 * 2880 * 4 + 8 * 2880 * 2
+    assert float(unscaled["bwd_kernels"]) == 1
+    # scaled (26.08): a Triton kernel reads the bf16 gradient once, the fp32 probability and its
+    # gradient (read, write) per row; stack, zeroed fp32 buffer, the kernel's read and atomics and the
+    # cast back cost 4 x 2 + 16 bytes per bias element; 4 kernels
+    assert float(scaled["bwd_bytes"]) == 65536 * 2880 * 2 + 65536 * 12 + 8 * 2880 * 24
+    assert float(scaled["bwd_kernels"]) == 4
+    # bf16 probabilities (not what the flex dispatcher hands) would be cast up for the epilogue
+    cast = moe.fused_expert_output_bias_work(65536.0, 2880, 8.0, 2.0, scaled=True, probs_bytes=2.0)
+    assert float(cast["fwd_bytes"]) == 2 * 8 * 2880 * 2 + 65536 * 6 and float(cast["fwd_kernels"]) == 2
+
+
+def test_the_stacks_expert_output_bias_picks_the_bias_path_and_the_float32_promotion():
     rates = compute_rates(load_cluster("dgx-h100").gpu, load_efficiency("hopper"), "bf16")
     biased = load_model("gpt-oss-120b")
     plain = replace(biased, linear_bias=False)
 
-    def bias_s(dedup, eager):
+    def bias_s(dedup, impl, eager=True):
         """What the bias adds to the block's element-wise seconds, forward and backward."""
-        kw = dict(dispatch_dedup=dedup, glu_clamp_eager=eager)
+        kw = dict(dispatch_dedup=dedup, expert_output_bias=impl, glu_clamp_eager=eager)
         b, p = moe.moe_mlp_costs(biased, rates, 4096.0, 8, 1, **kw), moe.moe_mlp_costs(plain, rates, 4096.0, 8, 1, **kw)
         return float(b["elem_fwd_s"] - p["elem_fwd_s"]), float(b["elem_bwd_s"] - p["elem_bwd_s"])
 
@@ -203,16 +226,39 @@ def test_the_flex_dispatcher_prices_the_float32_bias_only_on_the_unfused_expert_
         return tuple(float(work[f"{d}_bytes"]) / rates.hbm_bytes_per_s + float(work[f"{d}_kernels"]) * rates.kernel_overhead_s
                      for d in ("fwd", "bwd"))
     # 4096 tokens x top 4 = 16,384 rows of 2,880 on the GPU, 16 local experts: fp32 under the flex
-    # dispatcher on the unfused path; bf16 under the all-to-all dispatcher, and on the op fuser's
-    # path (glu_clamp_eager off), which has no _apply_bias to promote
+    # dispatcher on the unfused path, whatever the clamp does; bf16 under the all-to-all dispatcher
     fp32 = priced(moe.expert_output_bias_work(16384.0, 2880, 16.0, 2.0, probs_bytes=4.0))
     bf16 = priced(moe.expert_output_bias_work(16384.0, 2880, 16.0, 2.0))
-    assert bias_s(True, True) == pytest.approx(fp32, rel=1e-9)
-    assert bias_s(False, True) == pytest.approx(bf16, rel=1e-9)
-    assert bias_s(True, False) == pytest.approx(bf16, rel=1e-9)
-    # 16 more bytes an element forward, 24 backward
+    assert bias_s(True, "megatron_eager") == pytest.approx(fp32, rel=1e-9)
+    assert bias_s(True, "megatron_eager", eager=False) == pytest.approx(fp32, rel=1e-9)
+    assert bias_s(False, "megatron_eager") == pytest.approx(bf16, rel=1e-9)
+    # the op fuser's paths run no _apply_bias
+    for impl, scaled in (("fused_mlp_epilogue", False), ("fused_mlp_scaled", True)):
+        fused = priced(moe.fused_expert_output_bias_work(16384.0, 2880, 16.0, 2.0, scaled))
+        assert bias_s(True, impl, eager=False) == pytest.approx(fused, rel=1e-9)
+    # 16 more bytes an element forward under fp32 than bf16 probabilities
     assert fp32[0] - bf16[0] == pytest.approx(16 * 16384 * 2880 / rates.hbm_bytes_per_s + rates.kernel_overhead_s,
                                               rel=1e-9)
+    # codes per row, as the planner's batches pass them
+    codes = np.array([moe.EXPERT_OUTPUT_BIAS_CODES[n] for n in ("megatron_eager", "fused_mlp_epilogue")])
+    rows = moe.moe_mlp_costs(biased, rates, 4096.0, 8, 1, dispatch_dedup=True, expert_output_bias=codes)
+    one = [moe.moe_mlp_costs(biased, rates, 4096.0, 8, 1, dispatch_dedup=True, expert_output_bias=n)
+           for n in ("megatron_eager", "fused_mlp_epilogue")]
+    assert rows["elem_bwd_s"] == pytest.approx([float(o["elem_bwd_s"]) for o in one], rel=1e-12)
+
+
+def test_the_bridge_presets_that_run_the_op_fuser_add_the_expert_bias_in_the_fused_mlp():
+    # the GB200 / GB300 MXFP8 presets set use_transformer_engine_op_fuser (te_op_fuser in
+    # megatron_bridge_presets.csv); Megatron-Core cd4afffa (26.08) scales FC2's bias, d0b3b775 (26.06) not
+    for stack, impl in (("megatron-bridge-26.06", "fused_mlp_epilogue"), ("megatron-bridge-26.06.01", "fused_mlp_epilogue"),
+                        ("megatron-bridge", "fused_mlp_scaled")):
+        fields = stack_config_fields(load_stack(stack), "mxfp8", "gpt-oss-120b", "gb300")
+        assert fields["expert_output_bias"] == impl and fields["glu_clamp_eager"] is False
+        assert stack_config_fields(load_stack(stack), "bf16", "gpt-oss-120b", "gb300")["expert_output_bias"] == "megatron_eager"
+        assert stack_config_fields(load_stack(stack), "mxfp8", "gpt-oss-120b", "b300")["expert_output_bias"] == "megatron_eager"
+    assert stack_config_fields(load_stack("megatron-core"))["expert_output_bias"] == "megatron_eager"
+    with pytest.raises(InputError, match="expert_output_bias"):
+        ParallelConfig(expert_output_bias="fused")
 
 
 def test_nemotron_3_nano_moe_block_at_ep8_prices_two_tensor_kernels_per_expert_operand():

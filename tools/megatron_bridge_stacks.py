@@ -64,6 +64,12 @@ def primary_rows(rows: list[dict]) -> dict:
     return out
 
 
+def _release(tag: str) -> tuple:
+    """(major, minor) of a Megatron-Bridge tag such as ``v0.6.0`` or ``v0.1.0rc3``."""
+    major, minor = tag.lstrip("v").split(".")[:2]
+    return int(major), int(minor)
+
+
 def behaviour(row: dict) -> dict:
     """The preset's switches as TrainingBehaviour values that differ from the stack defaults
     (megatron-bridge.yaml: no TP/EP overlap, the alltoall expert dispatcher, no CUDA graphs, bf16
@@ -93,6 +99,13 @@ def behaviour(row: dict) -> dict:
         # Megatron-Core's op fuser runs the grouped MLP through Transformer Engine ops whose
         # ScaledClampedQGeGLU clamps inside the activation kernel (experts.py _make_fused_ops)
         out["glu_clamp_eager"] = False
+        # and, on SM 10.x under MXFP8 with NVTE_CUTEDSL_FUSED_GROUPED_MLP (which the presets that
+        # set the fuser set: v0.5.0 scripts/performance/perf_plugins.py:308-309, v0.6.0
+        # scripts/performance/utils/utils.py:669), fuses FC1, the activation and FC2 with the FC2
+        # bias in the GEMM epilogue; Megatron-Core cd4afffa (v0.6.0) scales that bias by the
+        # probabilities (experts.py:536-549), d0b3b775 / 458c8d0e (v0.5.x) does not
+        out["expert_output_bias"] = ("fused_mlp_scaled" if _release(row["tag"]) >= (0, 6)
+                                     else "fused_mlp_epilogue")
     # cuda_device_max_connections is recorded, not mapped: one hardware work queue fixes the order
     # in which Transformer Engine's per-expert GEMMs start, not that they run one after another
     # (megatron-bridge.yaml grouped_gemm_streams)
