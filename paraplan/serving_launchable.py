@@ -156,7 +156,7 @@ def engine_plan(plan: ServingPlan, ctx, request: LaunchRequest, ttft_ms: float, 
         return replace(plan, launch_refusal=launch_refusal(plan.best, ctx, request, err)), err
     if rank == 0:
         return plan, None
-    better = with_best(plan, row.name, ttft_ms, tpot_ms, gpus, request.rank_by, modes)
+    better = with_best(plan, row.name, ttft_ms, tpot_ms, gpus, request.rank_by, modes, bool(ctx.efficiency.prior))
     return replace(better, engine_refused_best=RefusedBest(row=plan.best, refusal=f"{first_err.field}: "
                                                                                   f"{first_err.message}")), None
 

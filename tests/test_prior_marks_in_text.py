@@ -123,6 +123,12 @@ def test_serve_plan_marks_each_number_of_its_best_line_and_front_on_a_prior_gpu(
     rows = [m.groups() for m in map(_FRONT_ROW.match, out) if m]
     assert len(rows) == len(data["front"]) > 10
     assert sorted(r[:5] for r in rows) == sorted(_front_cells(r, " *") for r in data["front"])
+    # the why lines' numbers too (they had been plain beside the marked best line)
+    why = next(ln for ln in out if ln.startswith("why: "))
+    assert why.endswith(f"reaches {best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU * with TTFT {best['ttft_ms']:.0f} ms * "
+                        f"and TPOT {best['tpot_ms']:.1f} ms * (SLO 1000 / 50 ms)"), why
+    other = out[out.index(why) + 1]
+    assert re.search(r"reaches [\d,]+ tokens/s/GPU \* \([\d.]+x less\) at TPOT [\d.]+ ms \*, TTFT \d+ ms \*: ", other), other
     assert out[-1] == ("* rests on an unfitted prior: no serving measurement of ampere GPUs was fitted; its factors are "
                        "hopper's fitted ones (hardware_specs/serving_efficiency/ampere.yaml); read the numbers marked * "
                        "as a sketch")

@@ -34,6 +34,7 @@ import pandas as pd
 from cost_models.worker_placement import most_beside, pair_fits, whole_workers
 from cost_models.weight_formats import WEIGHT_FORMATS, weight_bytes
 from hardware_specs.errors import InputError, as_given, is_finite, shown, whole_number
+from hardware_specs.efficiency_model import PRIOR_MARK
 from planners.serving.labels import prompts_per_step, worker_labels
 from planners.serving.pareto import pareto_front
 from planners.serving.space import with_batches, worker_layouts
@@ -675,13 +676,16 @@ def compared(ratio: float) -> str:
 
 
 def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, gpus: int = 0,
-         rank_by: str = "per-gpu", modes=None) -> list[str]:
+         rank_by: str = "per-gpu", modes=None, prior: bool = False) -> list[str]:
+    """The lines saying why ``best`` wins; each predicted time and rate carries ``PRIOR_MARK``
+    where ``prior`` (the serving efficiency is an unfitted prior), as the CLI's table cells do."""
+    m = f" {PRIOR_MARK}" if prior else ""
     lines = []
-    in_all = (f" ({best['tokens_per_s_per_gpu'] * best['gpus_used']:,.0f} tokens/s in all on {int(best['gpus_used'])} "
-              "GPUs)" if rank_by == "total" else "")
+    in_all = (f" ({best['tokens_per_s_per_gpu'] * best['gpus_used']:,.0f} tokens/s{m} in all on "
+              f"{int(best['gpus_used'])} GPUs)" if rank_by == "total" else "")
     lines.append(f"why: {describe(best)} reaches "
-                 f"{best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{in_all} with TTFT {best['ttft_ms']:.0f} ms and TPOT "
-                 f"{best['tpot_ms']:.1f} ms (SLO {ttft_ms:g} / {tpot_ms:g} ms)")
+                 f"{best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{m}{in_all} with TTFT {best['ttft_ms']:.0f} ms{m} and "
+                 f"TPOT {best['tpot_ms']:.1f} ms{m} (SLO {ttft_ms:g} / {tpot_ms:g} ms)")
     meets = cands[cands.meets_slo]
     other = meets[meets["mode"] != best["mode"]]
     # compared in what ranks them: tokens/s per GPU used, or in all (--rank-by total)
@@ -695,7 +699,7 @@ def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, g
         # best layout an engine can launch)
         than = compared(o_score / max(best_score, 1e-9))
         lines.append(f"     the best {o['mode']} layout meeting the SLO reaches {o_score:,.0f} "
-                     f"{unit} ({than}) at TPOT {o['tpot_ms']:.1f} ms, TTFT {o['ttft_ms']:.0f} ms: "
+                     f"{unit}{m} ({than}) at TPOT {o['tpot_ms']:.1f} ms{m}, TTFT {o['ttft_ms']:.0f} ms{m}: "
                      f"{describe(o)}")
     elif modes is None or len(set(modes)) > 1:
         # only of a mode that was searched (--mode disagg searched no aggregated layout)
@@ -715,21 +719,22 @@ def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, g
         total = meets.tokens_per_s_per_gpu * meets.gpus_used
         top = meets.loc[total.idxmax()]
         line = (f"     it uses {int(best['gpus_used'])} of the {gpus} GPUs ({gpus - int(best['gpus_used'])} idle): "
-                f"{best['tokens_per_s_per_gpu'] * best['gpus_used']:,.0f} tokens/s in all")
+                f"{best['tokens_per_s_per_gpu'] * best['gpus_used']:,.0f} tokens/s{m} in all")
         if total.max() > best["tokens_per_s_per_gpu"] * best["gpus_used"] * (1 + 1e-9):
-            line += (f"; the most in all meeting the SLO: {describe(top)}, {total.max():,.0f} tokens/s on "
+            line += (f"; the most in all meeting the SLO: {describe(top)}, {total.max():,.0f} tokens/s{m} on "
                      f"{int(top['gpus_used'])} GPUs" + (" (--rank-by total picks it)" if rank_by != "total" else ""))
         lines.append(line)
     return lines
 
 
 def with_best(plan: ServingPlan, label, ttft_ms: float, tpot_ms: float, gpus: int, rank_by: str = "per-gpu",
-              modes=("agg", "disagg")) -> ServingPlan:
+              modes=("agg", "disagg"), prior: bool = False) -> ServingPlan:
     """``plan`` with the candidate at index ``label`` (one meeting the SLO) as its best and the
     why lines said of it: the best layout a caller can use where the search's winner is not one
-    (``paraplan serve plan``: the best an engine can launch as priced)."""
+    (``paraplan serve plan``: the best an engine can launch as priced); ``prior`` marks their
+    numbers as resting on an unfitted serving prior."""
     best = plan.candidates.loc[label]
-    return replace(plan, best=best, why=_why(best, plan.candidates, ttft_ms, tpot_ms, gpus, rank_by, modes))
+    return replace(plan, best=best, why=_why(best, plan.candidates, ttft_ms, tpot_ms, gpus, rank_by, modes, prior))
 
 
 def _no_layout_error(cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, gpus: int) -> InputError:
@@ -1045,6 +1050,6 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
                        best=best, evaluated=evaluated, wall_s=time.perf_counter() - t0)
     if best is None:
         raise _no_layout_error(cands, ttft_ms, tpot_ms, gpus)
-    plan.why = _why(best, cands, ttft_ms, tpot_ms, gpus, rank_by, modes)
+    plan.why = _why(best, cands, ttft_ms, tpot_ms, gpus, rank_by, modes, bool(ctx.efficiency.prior))
     report(phases, phases, "done")
     return plan
