@@ -261,3 +261,17 @@ def test_a_whitespace_only_line_is_blank_and_moves_no_short_row_mark(tmp_path):
     path.write_text("a,b,c\n1,2,3\n   \n4,5\n7,8,9\n")
     # pandas' rows: 0 = 1,2,3; 1 = 4,5 (short); 2 = 7,8,9
     assert check_csv_structure(path) == {1: "row has 2 of 3 fields"}
+
+
+def test_blank_lines_above_the_header_are_skipped_as_pandas_skips_them(tmp_path):
+    """pandas reads the header below leading blank lines; the structure check took the first
+    (blank) line for a header of 0 fields and refused every data row as having too many
+    ("data row 2 of x.csv has 39 fields, the header 0 (fix that row: a stray comma, ...)")."""
+    from cli_results import run
+    lines = _bundled_lines(2)
+    plain, blank = tmp_path / "plain.csv", tmp_path / "blank.csv"
+    plain.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    blank.write_text("\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    got, want = run("validate", "published", blank, "--json"), run("validate", "published", plain, "--json")
+    assert got.exit_code == 0, got.stderr
+    assert got.stdout == want.stdout and '"status": "ok"' in got.stdout

@@ -50,6 +50,10 @@ def check_csv_structure(path: str | Path, expected: tuple[str, ...] = ()) -> dic
         with p.open(newline="", encoding="utf-8-sig") as fh:
             reader = csv.reader(fh)
             header = next(reader, None)
+            # blank lines above the header: pandas skips them and reads the header below (as a
+            # header of no fields every data row was refused as having too many)
+            while header is not None and (not header or (len(header) == 1 and not header[0].strip())):
+                header = next(reader, None)
             if header is None:
                 return short               # empty: the reader says which columns are missing
             names = [h.strip() for h in header]
