@@ -199,3 +199,20 @@ def test_a_calibration_warns_of_a_loaded_machine_and_of_gemm_timings_the_model_d
     assert "fp32 GEMM timings scatter 22% (rms)" in messages[1] and "\n" not in messages[1]
     assert cal.calibration_warnings({"cpu_wait_fraction": None, "gemm_fits": {"fp32": fit(cal.POOR_GEMM_FIT)}},
                                     "fp32") == []
+
+
+def test_calibrate_refuses_to_overwrite_a_bundled_catalog_preset_before_measuring(monkeypatch):
+    """--out hardware_specs/clusters/dgx-h100.yaml replaced the shipped preset with this machine's
+    CPU profile: every later `-c dgx-h100` priced a CPU without a word."""
+    from hardware_specs.catalog import BUILTIN_DIR
+    preset = BUILTIN_DIR / "clusters" / "dgx-h100.yaml"
+    before = preset.read_bytes()
+    import paraplan.measure
+    monkeypatch.setattr(paraplan.measure, "run_calibration",
+                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("measured")))
+    result = CliRunner().invoke(main, ["calibrate", "--out", str(preset)])
+    assert result.exit_code == 2
+    assert result.stderr == (f"error: --out: {preset} is a file of paraplan's bundled catalog "
+                             "(clusters/dgx-h100.yaml) (write the profile elsewhere, e.g. --out my-machine.yaml)\n")
+    assert preset.read_bytes() == before
+    assert not preset.with_name("dgx-h100.calibration.json").exists()

@@ -40,6 +40,7 @@ def command(out_path: str, nprocs: int, name: str | None) -> None:
     if name is not None:        # before the benchmarks: every command refuses a profile with another name
         check_name("--name", name)
     check_writable(out_path)
+    _refuse_bundled_preset(out_path)
     # before the benchmarks, named as the option, by run_calibration's own rule (the suffix as
     # pathlib sees it: '.yaml' is a name with no suffix, which endswith let through to fail later)
     if Path(out_path).name in (".yaml", ".yml"):
@@ -56,3 +57,15 @@ def command(out_path: str, nprocs: int, name: str | None) -> None:
             raise
         raise InputError("--nprocs", exc.message, "use a smaller --nprocs") from None
     click.echo(f"wrote {path}")
+
+
+def _refuse_bundled_preset(out_path: str) -> None:
+    """``InputError`` when ``--out`` is a file of paraplan's own catalog (``hardware_specs``):
+    ``--out hardware_specs/clusters/dgx-h100.yaml`` replaced the shipped DGX H100 preset with this
+    machine's profile, and every later ``-c dgx-h100`` (and each serving row on an H100 system)
+    priced a CPU without a word."""
+    from hardware_specs.catalog import BUILTIN_DIR
+    target = Path(out_path).resolve()
+    if target.is_file() and BUILTIN_DIR in target.parents:
+        raise InputError("--out", f"{out_path} is a file of paraplan's bundled catalog "
+                         f"({target.relative_to(BUILTIN_DIR)})", "write the profile elsewhere, e.g. --out my-machine.yaml")
