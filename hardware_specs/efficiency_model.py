@@ -22,6 +22,12 @@ COLLECTIVE_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", 
 PRIOR_MARK = "*"
 
 
+def prior_mark(prior: bool) -> str:
+    """What follows a number that rests on an unfitted prior: ``" *"`` (``PRIOR_MARK`` with its
+    leading space) where ``prior``, else ""."""
+    return f" {PRIOR_MARK}" if prior else ""
+
+
 @dataclass(frozen=True)
 class EfficiencyModel:
     """Per-generation achieved-efficiency factors.

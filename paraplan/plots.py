@@ -26,7 +26,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import Formatter, FuncFormatter
 
-from hardware_specs.efficiency_model import PRIOR_MARK
+from hardware_specs.efficiency_model import PRIOR_MARK, prior_mark
 from hardware_specs.errors import InputError, suggest, whole_number
 from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
 
@@ -207,7 +207,7 @@ def prior_marks(df: pd.DataFrame) -> list[str]:
     time, tokens/s, MFU, a share of them): ``" *"`` (``PRIOR_MARK``, as the CLI's tables mark
     such a cell, ``paraplan.priors``) for a row on an unfitted prior, else nothing. Memory rests
     on no efficiency model and is written unmarked, as the tables print it."""
-    return [f" {PRIOR_MARK}" if p else "" for p in prior_mask(df)]
+    return [prior_mark(bool(p)) for p in prior_mask(df)]
 
 
 def prior_note(df: pd.DataFrame) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hardware_specs.catalog import efficiency_for_cluster
-from hardware_specs.efficiency_model import PRIOR_MARK
+from hardware_specs.efficiency_model import PRIOR_MARK, prior_mark
 
 #: the marker beside a number that rests on a prior (explained by ``footnote``)
 MARK = PRIOR_MARK
@@ -31,7 +31,7 @@ def json_fields(cluster) -> dict:
 
 def mark(cluster) -> str:
     """``MARK`` (with a leading space) for a prior, else nothing."""
-    return f" {MARK}" if is_prior(cluster) else ""
+    return prior_mark(is_prior(cluster))
 
 
 def mark_text() -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hardware_specs.catalog import BUILTIN_DIR
-from hardware_specs.efficiency_model import PRIOR_MARK
+from hardware_specs.efficiency_model import PRIOR_MARK, prior_mark
 
 
 def _shown(origin: str, fallback: str) -> str:
@@ -52,7 +52,7 @@ def mark(ctx) -> str:
     """``PRIOR_MARK`` with a leading space (" *") where the serving efficiency is an unfitted
     prior, else "": put beside each number that rests on it, as training's tables do
     (``paraplan.priors.mark``)."""
-    return f" {PRIOR_MARK}" if ctx.efficiency.prior else ""
+    return prior_mark(bool(ctx.efficiency.prior))
 
 
 def legend(ctx) -> str | None:

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hardware_specs.efficiency_model import PRIOR_MARK
+from hardware_specs.efficiency_model import prior_mark
 from hardware_specs.mfu_reference import mfu_pct, reference_dtype
 from model_specs.model_spec import ModelSpec
 from planners.search_space import RULES
@@ -219,7 +219,7 @@ def memory_feature_notes(model: ModelSpec, cluster, eff, config, limit_bytes: fl
     def step(c):
         return float(evaluate(model, cluster, eff, ConfigBatch.from_configs([c]))["step_time_s"][0])
 
-    mark = f" {PRIOR_MARK}" if eff.is_prior else ""
+    mark = prior_mark(eff.is_prior)
     notes = []
     base = mem(config)
     limit = limit_bytes / GIB
@@ -293,7 +293,7 @@ def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None, prior: boo
     carry ``PRIOR_MARK`` as the table's cells do.
     ``split_times_s``: (the winner's, the balanced split's) ``split_stage_time_s``, the slowest
     stage per micro-batch as ``simulate`` gives it (None: that line names no time)."""
-    mark = f" {PRIOR_MARK}" if prior else ""
+    mark = prior_mark(prior)
     plans = result.plans
     lines = []
     lo, hi = result.gpus

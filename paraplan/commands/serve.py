@@ -706,9 +706,9 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
     front = plan.front
     lines += ["", f"Pareto front (tokens/s/GPU vs tokens/s/user, TTFT <= {ttft_ms:g} ms), per mode"]
     rows = []
-    ordered = front.sort_values(["mode", "tokens_per_s_per_user"])
-    if top:         # the first rows of each mode, so a long aggregated front does not hide the other
-        ordered = ordered.groupby("mode", sort=False, group_keys=False).head(top)
+    whole = front.sort_values(["mode", "tokens_per_s_per_user"])
+    # the first rows of each mode, so a long aggregated front does not hide the other
+    ordered = whole.groupby("mode", sort=False, group_keys=False).head(top) if top else whole
     for r in ordered.to_dict("records"):
         lay = r["layout"] if r["mode"] == "agg" else f"P {r['prefill_layout']} x{int(r['prefill_workers'])} / D {r['decode_layout']} x{int(r['decode_workers'])}"
         # a disaggregated row is only determined with its prefill batch (serve simulate --prefill-batch)
@@ -723,7 +723,7 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
     # whole front (DeepSeek-R1 on 64 B200 printed 40 of 56 disaggregated rows, up to 93.9 of 131.3
     # tokens/s/user, where --csv and --json hold all 70)
     left = []
-    for mode, rest in front.sort_values(["mode", "tokens_per_s_per_user"]).groupby("mode", sort=False):
+    for mode, rest in whole.groupby("mode", sort=False):
         if top and len(rest) > top:
             cut = rest["tokens_per_s_per_user"].iloc[top:]
             left.append(f"{len(cut)} {mode} row{'' if len(cut) == 1 else 's'} from {cut.min():.1f} to "

@@ -34,7 +34,7 @@ import pandas as pd
 from cost_models.worker_placement import most_beside, pair_fits, whole_workers
 from cost_models.weight_formats import WEIGHT_FORMATS, weight_bytes
 from hardware_specs.errors import InputError, as_given, is_finite, shown, whole_number
-from hardware_specs.efficiency_model import PRIOR_MARK
+from hardware_specs.efficiency_model import prior_mark
 from planners.serving.labels import prompts_per_step, worker_labels
 from planners.serving.pareto import pareto_front
 from planners.serving.space import with_batches, worker_layouts
@@ -679,7 +679,7 @@ def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, g
          rank_by: str = "per-gpu", modes=None, prior: bool = False) -> list[str]:
     """The lines saying why ``best`` wins; each predicted time and rate carries ``PRIOR_MARK``
     where ``prior`` (the serving efficiency is an unfitted prior), as the CLI's table cells do."""
-    m = f" {PRIOR_MARK}" if prior else ""
+    m = prior_mark(prior)
     lines = []
     in_all = (f" ({best['tokens_per_s_per_gpu'] * best['gpus_used']:,.0f} tokens/s{m} in all on "
               f"{int(best['gpus_used'])} GPUs)" if rank_by == "total" else "")
