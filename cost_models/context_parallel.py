@@ -273,21 +273,82 @@ def hybrid_cp_split(cp, tp, gpus_per_node, num_heads):
 
 
 #: bytes per (token, head, value element) that merging one ring step's partial attention output
-#: into the running result moves: read the fp32 accumulator and the step's 16-bit output, write the
-#: accumulator back (4 + 2 + 4); the log-sum-exp rescale rides along (Transformer Engine
-#: ``AttnFuncWithCPAndKVP2P`` corrects out and softmax_lse after every step)
+#: into the running result moves: read the running output and the step's output, write the running
+#: output, plus the unfused product's temporary (2 + 2 + 2 and 2 + 2 at 16 bits), the log-sum-exp
+#: rescale riding along. Transformer Engine keeps the running output in the inputs' 16-bit dtype:
+#: NVIDIA/TransformerEngine@v1.5 (6a9edc38bf) transformer_engine/pytorch/attention.py:682
+#: ``out = torch.empty_like(q).zero_()``, :474-480 ``flash_attn_fwd_out_correction``; @v2.3
+#: (5de3e1481c) transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py:101
+#: ``out_corrected.to(out_init_step.dtype)``, :105-116
 RING_MERGE_BYTES_PER_ELEMENT = 10.0
 
+#: bytes per element of a full local 16-bit tensor that copying half of its rows into a contiguous
+#: buffer moves: half the rows, read 2 + write 2 bytes each. The load-balanced causal ring feeds
+#: the kernel of a later step either the second half of Q (and, in backward, of O and dO) or the
+#: first half of K and V as contiguous copies: TE@v1.5 attention.py:591 / :620 (forward: K/V
+#: half, Q half), :840 / :880-883 (backward: K/V half; Q, O, dO halves); TE@v2.3
+#: context_parallel.py:863 / :1004 (forward), :1802 / :1929 (backward)
+RING_HALF_COPY_BYTES_PER_ELEMENT = 2.0
 
-def ring_attention_compute_s(tokens_local, heads_local, v_dim, ring_size, rates):
+#: bytes per element that accumulating one later ring step's 16-bit gradient into the running one
+#: moves: read both, write one (2 + 2 + 2). Backward runs one attention kernel per step and adds
+#: its dQ into the running dQ and its dK/dV into the dK/dV buffer that travels on:
+#: TE@v1.5 attention.py:958-973 ``dq.add_(dq_)``, :996-1010 ``dkv.add_(dkv_)``; TE@v2.3
+#: context_parallel.py:2153 / :2184 and :2252 / :2269 / :2276 (v1.5 also copies dK and dV into
+#: one tensor first, :981 ``torch.cat``; v2.3 views them, ``combine_tensors``; not priced)
+RING_GRAD_ACCUM_BYTES_PER_ELEMENT = 6.0
+
+#: bytes per K/V element of the one copy of the local K and V into the ring's first buffer, once
+#: a pass (read 2 + write 2): TE@v1.5 attention.py:536 (forward ``torch.cat((k, v))``), :761
+#: (backward ``p2p_comm_buffers[0][0].copy_(kv)``); TE@v2.3 context_parallel.py:668-670, :1556
+RING_KV_STAGE_BYTES_PER_ELEMENT = 4.0
+
+
+def ring_attention_extra_bytes(tokens_local, heads_local, kv_heads_local, qk_dim, v_dim, ring_size):
+    """(forward, backward) HBM bytes a load-balanced causal ring-attention layer moves on its
+    busiest rank beyond one fused attention call over the same work, one layer, one micro-batch.
+
+    Per later step (``ring_size - 1`` of them; the diagonal step is the one call a rank without CP
+    runs), with ``q = tokens * heads_local * qk_dim``, ``o = tokens * heads_local * v_dim`` and
+    ``kv = tokens * kv_heads_local * (qk_dim + v_dim)`` 16-bit elements:
+
+    * forward: the merge of the partial output, ``RING_MERGE_BYTES_PER_ELEMENT * o``, run after
+      the last step on the layer's stream (TE@v1.5 attention.py:699-713, TE@v2.3
+      context_parallel.py:1270-1320). The half copies of Q or K/V run on the step's own stream
+      of the two the forward alternates (TE@v1.5 :531/:541, TE@v2.3 :662/:676), beside the
+      previous step's compute-bound kernel, and are not priced;
+    * backward, one stream: dQ and dK/dV accumulation, ``RING_GRAD_ACCUM_BYTES_PER_ELEMENT *
+      (q + kv)``, and the half copies of Q, O and dO or of K/V, whichever the busiest rank copies:
+      ``RING_HALF_COPY_BYTES_PER_ELEMENT * max(q + 2 o, kv)``.
+
+    Each pass also stages the local K/V once (``RING_KV_STAGE_BYTES_PER_ELEMENT * kv``). All
+    grow as tokens while the attention grows as tokens squared: at 1M tokens of Llama3-8B on
+    CP16 x TP4 (65,536 tokens, 8 query and 2 K/V heads of 128 a rank) they are 0.67 GB forward and
+    1.01 GB backward a step against 8.8 and 22 TFLOP of attention, about 1.5% and 1% of the step's
+    time on a B200. Zero at ``ring_size`` 1.
+    """
+    t = _f(tokens_local)
+    q = t * _f(heads_local) * _f(qk_dim)
+    o = t * _f(heads_local) * _f(v_dim)
+    kv = t * _f(kv_heads_local) * (_f(qk_dim) + _f(v_dim))
+    steps = np.maximum(_f(ring_size) - 1.0, 0.0)
+    stage = np.where(steps > 0, RING_KV_STAGE_BYTES_PER_ELEMENT * kv, 0.0)
+    fwd = steps * RING_MERGE_BYTES_PER_ELEMENT * o + stage
+    bwd = steps * (RING_GRAD_ACCUM_BYTES_PER_ELEMENT * (q + kv)
+                   + RING_HALF_COPY_BYTES_PER_ELEMENT * np.maximum(q + 2.0 * o, kv)) + stage
+    return fwd, bwd
+
+
+def ring_attention_compute_s(tokens_local, heads_local, kv_heads_local, qk_dim, v_dim, ring_size, rates):
     """(forward, backward) seconds a ring-attention layer spends beyond one fused attention call:
     the core runs as ``ring_size`` block calls instead of one (``ring_size - 1`` more launches per
-    pass, twice in backward) and, in forward, each later step's partial output is merged into the
-    running one (``RING_MERGE_BYTES_PER_ELEMENT`` per output element)."""
+    pass, twice in backward), and each later step's memory-bound passes
+    (``ring_attention_extra_bytes``: the forward merge, the backward gradient accumulation and
+    half copies) at the achieved HBM bandwidth."""
     steps = np.maximum(_f(ring_size) - 1.0, 0.0)
-    merge = steps * _f(tokens_local) * _f(heads_local) * _f(v_dim) * RING_MERGE_BYTES_PER_ELEMENT / rates.hbm_bytes_per_s
-    fwd = steps * 2.0 * rates.kernel_overhead_s + merge
-    bwd = steps * 2.0 * rates.kernel_overhead_s
+    fwd_b, bwd_b = ring_attention_extra_bytes(tokens_local, heads_local, kv_heads_local, qk_dim, v_dim, ring_size)
+    fwd = steps * 2.0 * rates.kernel_overhead_s + fwd_b / rates.hbm_bytes_per_s
+    bwd = steps * 2.0 * rates.kernel_overhead_s + bwd_b / rates.hbm_bytes_per_s
     return fwd, bwd
 
 
@@ -358,10 +419,12 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
 
     if rates is not None:
         heads_local = _f(a) / tp
-        v_dim = attention_kv_dims(model)[2]
-        r_f, r_b = ring_attention_compute_s(tokens_local, heads_local, v_dim, cp, rates)
+        kv_local = kv_heads_per_tp_rank(g, tp)
+        r_f, r_b = ring_attention_compute_s(tokens_local, heads_local, kv_local, dk, dv, cp, rates)
         if has_hybrid:
-            hr_f, hr_b = ring_attention_compute_s(tokens_local, heads_local, v_dim, r, rates)
+            # after the Ulysses exchange: u times the tokens, 1/u of the heads (K/V heads at least u)
+            hr_f, hr_b = ring_attention_compute_s(tokens_local * u, heads_local / u, np.maximum(kv_local, u) / u,
+                                                  dk, dv, r, rates)
         else:
             hr_f = hr_b = unused
         compute = {"fwd_compute_s": pick(r_f, 0.0 * step, hr_f), "bwd_compute_s": pick(r_b, 0.0 * step, hr_b)}

@@ -1,0 +1,54 @@
+"""The memory-bound passes a load-balanced causal ring (Transformer Engine ``cp_comm_type="p2p"``)
+runs beyond one fused attention call, by hand (``cost_models.context_parallel``)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from cost_models import context_parallel as cpm
+
+# Llama3-8B at 1M tokens on CP16 x TP4 (the NeMo long-sequence B200 row): 65,536 tokens a rank,
+# 32 / 4 = 8 query heads, 8 / 4 = 2 K/V heads, head dim 128.
+T, H, G, D = 65536, 8, 2, 128
+Q = T * H * D            # 67,108,864 elements of Q (and of O)
+KV = T * G * (D + D)     # 33,554,432 elements of K and V together
+
+
+def test_forward_bytes_are_the_merge_per_later_step_plus_kv_staging():
+    fwd, _ = cpm.ring_attention_extra_bytes(T, H, G, D, D, 16)
+    # 15 later steps x 10 B x O (= Q here) merge + 4 B x KV staging once
+    # = 15 x 671,088,640 + 134,217,728 (the half copies overlap the other stream's kernel)
+    assert fwd == pytest.approx(15 * 10 * Q + 4 * KV)
+    assert fwd == pytest.approx(10_200_547_328)
+
+
+def test_backward_bytes_are_gradient_accumulation_plus_q_o_do_half_copies():
+    _, bwd = cpm.ring_attention_extra_bytes(T, H, G, D, D, 16)
+    # per later step: 6 B x (Q + KV) accumulation + 2 B x (Q + 2 O) half copies = 1,006,632,960
+    assert bwd == pytest.approx(15 * (6 * (Q + KV) + 2 * 3 * Q) + 4 * KV)
+    assert bwd == pytest.approx(15 * 1_006_632_960 + 134_217_728)
+
+
+def test_backward_half_copy_takes_the_larger_of_q_o_do_and_kv():
+    # 1 query head and 4 K/V heads of 128 a rank: Q + 2 O = 384 elements a token < K/V = 1024,
+    # so the busiest rank's copy is the K/V half (2 B x KV), not the Q, O, dO halves
+    t = 1000
+    _, bwd = cpm.ring_attention_extra_bytes(t, 1, 4, 128, 128, 2)
+    q, kv = t * 128, t * 4 * 256
+    assert bwd == pytest.approx(6 * (q + kv) + 2 * kv + 4 * kv)
+
+
+def test_no_ring_no_extra_bytes_and_arrays_work():
+    fwd, bwd = cpm.ring_attention_extra_bytes(np.array([T, T]), H, G, D, D, np.array([1, 2]))
+    assert fwd[0] == 0 and bwd[0] == 0
+    assert fwd[1] == pytest.approx(10 * Q + 4 * KV)
+    assert bwd[1] == pytest.approx(6 * (Q + KV) + 6 * Q + 4 * KV)
+
+
+def test_compute_time_is_launches_plus_bytes_over_achieved_bandwidth():
+    rates = SimpleNamespace(kernel_overhead_s=5e-6, hbm_bytes_per_s=5e12)
+    fwd, bwd = cpm.ring_attention_compute_s(T, H, G, D, D, 16, rates)
+    assert fwd == pytest.approx(15 * 2 * 5e-6 + 10_200_547_328 / 5e12)
+    assert bwd == pytest.approx(15 * 2 * 5e-6 + (15 * 1_006_632_960 + 134_217_728) / 5e12)
