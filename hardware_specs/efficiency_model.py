@@ -74,7 +74,19 @@ class EfficiencyModel:
             and cuDNN 9.13 about 1.2 PFLOP/s (FlashAttention-4's "up to 1.3x over cuDNN"): only
             possible with the exponentials overlapped. NVIDIA's "Inside NVIDIA Blackwell Ultra"
             (2025), which B300/GB300's doubled SFU rate comes from, shows the serial schedule to
-            motivate that rate; Blackwell Ultra's faster SFUs only widen the margin. A documented
+            motivate that rate; Blackwell Ultra's faster SFUs only widen the margin. Nor does
+            cuDNN 9.22's SDPA benchmark of one release on both GB200 and GB300 (NVIDIA/cudnn-frontend
+            ``benchmark/sdpa_benchmark_training/results/*/gb{200,300}``, bf16) call for a share:
+            solving time per score = matmul FLOPs / (peak x ``sustained_tensor_fraction`` x a) +
+            share / exp rate on both chips gives, over 45 forward and 40 backward pairs of rows
+            (2K-76K tokens, head dims 128-256, causal and full), a forward share of 0.03-0.62
+            (median 0.21), a backward one of -0.70 to 1.17 (median -0.19: GB300 mostly gains less
+            than its 2,500 / 2,250 sustained tensor rate) and, forward and backward together as
+            paraplan prices them, -0.22 to 0.65 (median 0.07); Llama-3's hd128 causal core at 8K
+            measures (1.397 + 4.127) / (1.185 + 3.832) ms = 1.101 GB200 / GB300, against 1.111
+            with no share. The forward's extra GB300 gain is no exponential term either: it does not
+            shrink as the head dim grows (1.177 / 1.181 / 1.175 at head dims 128 / 192 / 256,
+            where a share of 0.2 at a = 0.83 would give 1.185 / 1.171 / 1.149). A documented
             kernel property, not fitted (the fitter carries it through from the committed YAML). How much communication a run leaves exposed is not an
             efficiency factor either: it follows from the software stack's overlap switches
             (``ParallelConfig``, ``hardware_specs/stacks``).
