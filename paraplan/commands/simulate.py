@@ -100,6 +100,9 @@ MEMORY_MEANING = {
     "zero3_buffers_bytes": "ZeRO-3 gathered layers or LM head; ZeRO-2/3 their unsharded gradient",
     "allocator_bytes": "allocator fragmentation + CUDA/NCCL workspaces",
 }
+#: a gradient buffer in the weights' 16-bit dtype (``ParallelConfig.grad_buffer_bytes`` 2: Megatron-LM
+#: 2021/2022 fp16, DeepSpeed fp16): the row holds 2 bytes a parameter, not the fp32 main gradients
+SIXTEEN_BIT_GRADS_MEANING = {"gradients_bytes": "16-bit gradients (the stack keeps no fp32 main gradients)"}
 #: what differs on a host CPU device (``GPUSpec.is_cpu``: no CUDA runtime, ``memory.runtime_reserved_bytes``)
 CPU_MEMORY_MEANING = {"allocator_bytes": "allocator fragmentation"}
 
@@ -435,6 +438,17 @@ def etp_source(stack_name: str, model: ModelSpec, config: ParallelConfig, gpu: s
     return f"{name}'s default; --etp sets another"
 
 
+def memory_meaning(config: dict, cluster) -> dict:
+    """``MEMORY_MEANING`` as it applies to ``config`` (``StepReport.config``) on ``cluster``: fp32
+    training's 4-byte weights and gradients, a 16-bit gradient buffer (the gradients row was
+    labelled "fp32 main gradients" at 2 bytes a parameter), a CPU device's allocator."""
+    sixteen_bit_grads = (config["dtype"] not in FULL_PRECISION
+                         and float(config.get("grad_buffer_bytes", 4.0)) == 2.0)
+    return {**MEMORY_MEANING, **(FULL_PRECISION_MEANING if config["dtype"] in FULL_PRECISION else {}),
+            **(SIXTEEN_BIT_GRADS_MEANING if sixteen_bit_grads else {}),
+            **(CPU_MEMORY_MEANING if cluster.gpu.is_cpu else {})}
+
+
 def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | None = None,
            config: ParallelConfig | None = None, zero_note: str = "", cp_note: str = "",
            etp_note: str = "") -> str:
@@ -490,8 +504,7 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
     hbm = report.hbm_bytes
     stage = int(report.extras.get("memory_stage", 0))
     lines += ["", f"memory per GPU (peak, on pipeline stage {stage} of {c['pp']})"]
-    meaning = {**MEMORY_MEANING, **(FULL_PRECISION_MEANING if c["dtype"] in FULL_PRECISION else {}),
-               **(CPU_MEMORY_MEANING if cluster.gpu.is_cpu else {})}
+    meaning = memory_meaning(c, cluster)
     rows = [[k.removesuffix("_bytes"), f"{v / GIB:.2f}", _pct(v, hbm), meaning.get(k, "")]
             for k, v in report.memory_breakdown_bytes.items()]
     rows.append(["total", f"{report.memory_bytes / GIB:.2f}", _pct(report.memory_bytes, hbm), "peak bytes per GPU"])
