@@ -455,7 +455,7 @@ def stacks_cmd(name: str | None, as_json: bool) -> None:
     Example:
       paraplan hardware stacks
       paraplan hardware stacks megatron-bridge
-      paraplan hardware stacks vllm      (a serving framework: the stack serve --backend vllm uses)
+      paraplan hardware stacks vllm      # a serving framework: the stack serve --backend vllm uses
     """
     from collections.abc import Mapping
     from dataclasses import asdict
