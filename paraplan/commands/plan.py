@@ -559,6 +559,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     time goes per pool).
 
     \b
+      # from a paraplan checkout (examples/ is not installed with the package):
       paraplan plan -m llama3-70b -c examples/clusters/a100-h100.yaml --global-batch-tokens 4194304 --explain
     """
     if as_json and as_csv:

@@ -833,6 +833,7 @@ def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_pat
       paraplan simulate -m deepseek-v3 -c h800-node -n 2048 --pp 16 --ep 64 --schedule dualpipe \\
           --uneven-layers --zero 1 --dtype fp8 --global-batch 15360 --optimizer-moment-bytes 2 \\
           --recompute-modules layernorm,mla_up_proj,mlp_act,moe_dispatch --ep-comm-overlap --ep-dispatch-dedup
+      # from a paraplan checkout (examples/ is not installed with the package):
       paraplan simulate -m llama3-70b -c examples/clusters/a100-h100.yaml --global-batch 512 \\
           --group "16x h100:tp8:pp2" --group "8x a100:tp8:pp4" --zero 1 --sequence-parallel
     """

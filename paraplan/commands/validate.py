@@ -631,6 +631,7 @@ def gpu_record_cmd(folder: str, cluster_name: str | None, as_json: bool, out_pat
 
     \b
     Example:
+      # from a paraplan checkout (tests/data/gpu_h200 is the repository's H200 record):
       paraplan validate gpu-record tests/data/gpu_h200 --cluster hgx-h200
     """
     from hardware_specs.catalog import load_cluster
