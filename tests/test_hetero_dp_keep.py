@@ -64,9 +64,10 @@ def _best(counts, gbs=32, model="llama3-8b", links=(), **kw):
 def test_growing_the_h200_pool_from_16_to_20_keeps_the_16_gpu_mix():
     small, _ = _best([("b200", 16), ("h200", 16)])
     grown, cluster = _best([("b200", 16), ("h200", 20)])
-    assert round(small.best_report.tokens_per_s) == 361_832
+    # 361,832 until session 69's refit (Blackwell attention 0.4078 -> 0.4313, HBM 0.6406 -> 0.589)
+    assert round(small.best_report.tokens_per_s) == 361_677
     # was 356,507 (8 pipelines of a B200 stage of 24 layers and an H200 stage of 8, micro-batch 1)
-    assert round(grown.best_report.tokens_per_s) == 361_832
+    assert round(grown.best_report.tokens_per_s) == 361_677
     layout = sorted((g.replicas, st.pool, st.tp, st.layers) for g in grown.best.groups for st in g.stages)
     assert layout == [(2, "h200", 8, 32), (4, "b200", 4, 32)] and grown.best.micro_batch == 2
     again = simulate_heterogeneous(load_model("llama3-8b"), cluster, grown.best)

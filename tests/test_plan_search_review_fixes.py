@@ -29,7 +29,8 @@ def _megatron_core_with_zero3_under_a_pipeline():
 def test_a_first_stage_recomputing_every_layer_keeps_the_later_stages_decrement():
     """llama3-70b on 40 A100-40GB, batch 64, no offload: tp4 pp5 cp2 z3 fits only when the first
     stage (16 layers) recomputes all 16, but each later stage may recompute one fewer
-    (--recompute-num-layers 16 --recompute-layers-decrement 1, 45.324 s). The search collapsed such
+    (--recompute-num-layers 16 --recompute-layers-decrement 1, 45.324 s; 45.433 s since session 69 prices
+    the ring attention's backward accumulation and half copies). The search collapsed such
     rows to plain full recomputation (47.60 s) and ranked tp8 z0 full14d2 (46.28 s) first. ZeRO-3
     with pp 5 is a layout Megatron-Core does not run (lacks zero2_with_pipeline; on it the winner
     is tp8 pp5 z0 full14d2, 45.763 s), so the search runs on its behaviours without that entry."""
@@ -39,7 +40,7 @@ def test_a_first_stage_recomputing_every_layer_keeps_the_later_stages_decrement(
     cfg = row_config(best, result.software[str(best["dtype"])])
     sim = simulate(model, cluster, cfg, n_gpus=40)
     assert sim.fits and sim.step_time_s == best["step_time_s"]
-    assert best["step_time_s"] <= 45.3241
+    assert best["step_time_s"] <= 45.4335
     # the first stage's chunk is 80 / 5 = 16 layers, all recomputed; later stages fewer
     assert (best["tp"], best["pp"], best["cp"], best["zero_stage"]) == (4, 5, 2, 3)
     assert best["recompute_num_layers"] == 16 and best["recompute_layers_decrement"] >= 1
@@ -78,8 +79,9 @@ def test_every_row_a_large_top_shows_is_simulates_and_ranked_by_it():
     # 0.589 -> 0.675) and the ends' TP collectives; 7.98544 s from session 55's (HBM 0.6406);
     # 8.09073 s since the refit f7c1ee2 (Hopper HBM 0.6406 -> 0.5547, per kernel 25.2 -> 20 us) and
     # the 16-bit gradient cast (7848b37); 8.09147 s since session 68's refit (Hopper's 16-bit plateau
-    # 0.6844 -> 0.6843). The check is the agreement with simulate above; this pin records the value
-    assert pick["step_time_s"].iloc[0] == pytest.approx(8.09147, abs=5e-6)
+    # 0.6844 -> 0.6843); 8.09167 s since session 69's (Hopper FP8 0.6363 -> 0.6483, HBM 0.5547 ->
+    # 0.5546). The check is the agreement with simulate above; this pin records the value
+    assert pick["step_time_s"].iloc[0] == pytest.approx(8.09167, abs=5e-6)
     # the default (top 10) refines the best TOP_EXACT = 50 only, as before
     default = plan(model, cluster, 8, 64, workers=1)
     assert bool(default.plans.head(50)["pipeline_exact"].all())
