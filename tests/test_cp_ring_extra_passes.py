@@ -2,12 +2,15 @@
 runs beyond one fused attention call, by hand (``cost_models.context_parallel``)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from cost_models import context_parallel as cpm
+from model_specs import load_model
+from toy_hardware import toy_cluster, toy_efficiency
 
 # Llama3-8B at 1M tokens on CP16 x TP4 (the NeMo long-sequence B200 row): 65,536 tokens a rank,
 # 32 / 4 = 8 query heads, 8 / 4 = 2 K/V heads, head dim 128.
@@ -52,3 +55,34 @@ def test_compute_time_is_launches_plus_bytes_over_achieved_bandwidth():
     fwd, bwd = cpm.ring_attention_compute_s(T, H, G, D, D, 16, rates)
     assert fwd == pytest.approx(15 * 2 * 5e-6 + 10_200_547_328 / 5e12)
     assert bwd == pytest.approx(15 * 2 * 5e-6 + (15 * 1_006_632_960 + 134_217_728) / 5e12)
+
+
+def test_hybrid_prices_the_ring_passes_on_the_shapes_after_the_ulysses_exchange():
+    """Hybrid CP runs the ring over ``r = cp / u`` ranks on what the Ulysses all-to-all leaves a
+    rank: ``u`` times the tokens and ``1 / u`` of the query heads; K/V heads fewer than ``u`` are
+    replicated up to ``u`` first, so each rank ends with one. 8 GPUs a node, 8,192 tokens a rank."""
+    rates = SimpleNamespace(kernel_overhead_s=5e-6, hbm_bytes_per_s=5e12)
+    t, launches = 8192, 2 * 5e-6
+
+    def costs(model, cp, tp):
+        return cpm.context_parallel_costs(model, np.array([2, 0]), t, cp, tp, 1e-3, 2e-3, toy_cluster(),
+                                          toy_efficiency(), rates=rates)
+
+    # Llama3-8B (32 query, 8 K/V heads of 128), cp 8 x tp 2: u = gcd(8, 8 / 2, 32 / 2) = 4, r = 2.
+    # After the exchange 4t tokens of 16 / 4 = 4 query heads and 4 / 4 = 1 K/V head: one later step
+    # of Q = O = 4t x 4 x 128 = 2048t, KV = 4t x 1 x 256 = 1024t elements.
+    c = costs(load_model("llama3-8b"), 8, 2)
+    fwd_bytes = 10 * 2048 * t + 4 * 1024 * t
+    bwd_bytes = 6 * (2048 + 1024) * t + 2 * 3 * 2048 * t + 4 * 1024 * t
+    assert c["fwd_compute_s"][0] == pytest.approx(launches + fwd_bytes / 5e12)
+    assert c["bwd_compute_s"][0] == pytest.approx(launches + bwd_bytes / 5e12)
+    # the pure ring beside it (same row array): 7 later steps of t tokens, 16 query and 4 K/V heads
+    assert c["fwd_compute_s"][1] == pytest.approx(7 * launches + (7 * 10 * 2048 * t + 4 * 1024 * t) / 5e12)
+
+    # 2 K/V heads, cp 16 x tp 1: u = gcd(16, 8, 32) = 8 > 2 K/V heads, replicated to 8, one a rank;
+    # 8t tokens of 32 / 8 = 4 query heads, r = 2: Q = 8t x 4 x 128 = 4096t, KV = 8t x 1 x 256 = 2048t
+    c = costs(replace(load_model("llama3-8b"), num_kv_heads=2), 16, 1)
+    fwd_bytes = 10 * 4096 * t + 4 * 2048 * t
+    bwd_bytes = 6 * (4096 + 2048) * t + 2 * 3 * 4096 * t + 4 * 2048 * t
+    assert c["fwd_compute_s"][0] == pytest.approx(launches + fwd_bytes / 5e12)
+    assert c["bwd_compute_s"][0] == pytest.approx(launches + bwd_bytes / 5e12)
