@@ -292,10 +292,13 @@ RING_HALF_COPY_BYTES_PER_ELEMENT = 2.0
 
 #: bytes per element that accumulating one later ring step's 16-bit gradient into the running one
 #: moves: read both, write one (2 + 2 + 2). Backward runs one attention kernel per step and adds
-#: its dQ into the running dQ and its dK/dV into the dK/dV buffer that travels on:
-#: TE@v1.5 attention.py:958-973 ``dq.add_(dq_)``, :996-1010 ``dkv.add_(dkv_)``; TE@v2.3
-#: context_parallel.py:2153 / :2184 and :2252 / :2269 / :2276 (v1.5 also copies dK and dV into
-#: one tensor first, :981 ``torch.cat``; v2.3 views them, ``combine_tensors``; not priced)
+#: its dQ into the running dQ and its dK/dV into the dK/dV buffer that travels on, each into the
+#: half its kernel covered: a step on the second half of Q adds ``dq[:, 1, ...]`` (half of dQ) and
+#: all of dK/dV, a step on the first half of K/V all of dQ and ``dkv[:, :, 0, ...]`` (half of
+#: dK/dV): TE@v1.5 attention.py:958-973 ``dq.add_(dq_)``, :996-1010 ``dkv.add_(dkv_)``; TE@v2.3
+#: context_parallel.py:2153-2184 (``dq[:, 1, ...].add_(dq_)`` / ``dq.add_(dq_)``) and :2225-2276
+#: (``dkv[:, :, 0, ...]`` / ``dkv``) (v1.5 also copies dK and dV into one tensor first, :981
+#: ``torch.cat``; v2.3 views them, ``combine_tensors``; not priced)
 RING_GRAD_ACCUM_BYTES_PER_ELEMENT = 6.0
 
 #: bytes per K/V element of the one copy of the local K and V into the ring's first buffer, once
@@ -317,14 +320,16 @@ def ring_attention_extra_bytes(tokens_local, heads_local, kv_heads_local, qk_dim
       context_parallel.py:1270-1320). The half copies of Q or K/V run on the step's own stream
       of the two the forward alternates (TE@v1.5 :531/:541, TE@v2.3 :662/:676), beside the
       previous step's compute-bound kernel, and are not priced;
-    * backward, one stream: dQ and dK/dV accumulation, ``RING_GRAD_ACCUM_BYTES_PER_ELEMENT *
-      (q + kv)``, and the half copies of Q, O and dO or of K/V, whichever the busiest rank copies:
-      ``RING_HALF_COPY_BYTES_PER_ELEMENT * max(q + 2 o, kv)``.
+    * backward, one stream, the costlier of a rank's two kinds of later step (every step of the
+      ring waits for its slowest rank): on the second half of Q, ``RING_GRAD_ACCUM_BYTES_PER_ELEMENT
+      * (q / 2 + kv)`` of accumulation and ``RING_HALF_COPY_BYTES_PER_ELEMENT * (q + 2 o)`` of Q, O
+      and dO half copies; on the first half of K/V, ``RING_GRAD_ACCUM_BYTES_PER_ELEMENT * (q + kv /
+      2)`` and ``RING_HALF_COPY_BYTES_PER_ELEMENT * kv``.
 
     Each pass also stages the local K/V once (``RING_KV_STAGE_BYTES_PER_ELEMENT * kv``). All
     grow as tokens while the attention grows as tokens squared: at 1M tokens of Llama3-8B on
     CP16 x TP4 (65,536 tokens, 8 query and 2 K/V heads of 128 a rank) they are 0.67 GB forward and
-    1.01 GB backward a step against 8.8 and 22 TFLOP of attention, about 1.5% and 1% of the step's
+    0.81 GB backward a step against 8.8 and 22 TFLOP of attention, about 1.5% and 0.7% of the step's
     time on a B200. Zero at ``ring_size`` 1.
     """
     t = _f(tokens_local)
@@ -334,8 +339,9 @@ def ring_attention_extra_bytes(tokens_local, heads_local, kv_heads_local, qk_dim
     steps = np.maximum(_f(ring_size) - 1.0, 0.0)
     stage = np.where(steps > 0, RING_KV_STAGE_BYTES_PER_ELEMENT * kv, 0.0)
     fwd = steps * RING_MERGE_BYTES_PER_ELEMENT * o + stage
-    bwd = steps * (RING_GRAD_ACCUM_BYTES_PER_ELEMENT * (q + kv)
-                   + RING_HALF_COPY_BYTES_PER_ELEMENT * np.maximum(q + 2.0 * o, kv)) + stage
+    half_q = RING_GRAD_ACCUM_BYTES_PER_ELEMENT * (0.5 * q + kv) + RING_HALF_COPY_BYTES_PER_ELEMENT * (q + 2.0 * o)
+    half_kv = RING_GRAD_ACCUM_BYTES_PER_ELEMENT * (q + 0.5 * kv) + RING_HALF_COPY_BYTES_PER_ELEMENT * kv
+    bwd = steps * np.maximum(half_q, half_kv) + stage
     return fwd, bwd
 
 

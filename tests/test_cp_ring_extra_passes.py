@@ -29,32 +29,39 @@ def test_forward_bytes_are_the_merge_per_later_step_plus_kv_staging():
 
 def test_backward_bytes_are_gradient_accumulation_plus_q_o_do_half_copies():
     _, bwd = cpm.ring_attention_extra_bytes(T, H, G, D, D, 16)
-    # per later step: 6 B x (Q + KV) accumulation + 2 B x (Q + 2 O) half copies = 1,006,632,960
-    assert bwd == pytest.approx(15 * (6 * (Q + KV) + 2 * 3 * Q) + 4 * KV)
-    assert bwd == pytest.approx(15 * 1_006_632_960 + 134_217_728)
+    # per later step, the step on Q's second half: 6 B x (Q / 2 + KV) accumulation (half of dQ, all
+    # of dK/dV) + 2 B x (Q + 2 O) half copies = 402,653,184 + 402,653,184 = 805,306,368; the step on
+    # K/V's first half, 6 B x (Q + KV / 2) + 2 B x KV = 503,316,480 + 67,108,864, is the cheaper
+    assert bwd == pytest.approx(15 * (6 * (Q / 2 + KV) + 2 * 3 * Q) + 4 * KV)
+    assert bwd == pytest.approx(15 * 805_306_368 + 134_217_728)
 
 
-def test_backward_half_copy_takes_the_larger_of_q_o_do_and_kv():
-    # 1 query head and 4 K/V heads of 128 a rank: Q + 2 O = 384 elements a token < K/V = 1024,
-    # so the busiest rank's copy is the K/V half (2 B x KV), not the Q, O, dO halves
+def test_backward_takes_the_costlier_of_the_two_kinds_of_later_step():
+    # 1 query head and 4 K/V heads of 128 a rank, t = 1,000 tokens: q = 128,000, kv = 1,024,000
+    # elements. Q-half step: 6 B x (q / 2 + kv) + 2 B x 3q = 6,528,000 + 768,000 = 7,296,000;
+    # K/V-half step: 6 B x (q + kv / 2) + 2 B x kv = 3,840,000 + 2,048,000 = 5,888,000. The ring
+    # waits for its slowest rank, so the Q-half step is priced, plus 4 B x kv of staging.
     t = 1000
     _, bwd = cpm.ring_attention_extra_bytes(t, 1, 4, 128, 128, 2)
-    q, kv = t * 128, t * 4 * 256
-    assert bwd == pytest.approx(6 * (q + kv) + 2 * kv + 4 * kv)
+    assert bwd == pytest.approx(7_296_000 + 4 * 1_024_000)
+    # 8 query heads and 1 K/V head of 64 (q = 512,000, kv = 128,000): Q-half 6 x 384,000 + 2 x
+    # 1,536,000 = 5,376,000 against K/V-half 6 x 576,000 + 256,000 = 3,712,000
+    _, bwd = cpm.ring_attention_extra_bytes(t, 8, 1, 64, 64, 2)
+    assert bwd == pytest.approx(5_376_000 + 4 * 128_000)
 
 
 def test_no_ring_no_extra_bytes_and_arrays_work():
     fwd, bwd = cpm.ring_attention_extra_bytes(np.array([T, T]), H, G, D, D, np.array([1, 2]))
     assert fwd[0] == 0 and bwd[0] == 0
     assert fwd[1] == pytest.approx(10 * Q + 4 * KV)
-    assert bwd[1] == pytest.approx(6 * (Q + KV) + 6 * Q + 4 * KV)
+    assert bwd[1] == pytest.approx(6 * (Q / 2 + KV) + 6 * Q + 4 * KV)
 
 
 def test_compute_time_is_launches_plus_bytes_over_achieved_bandwidth():
     rates = SimpleNamespace(kernel_overhead_s=5e-6, hbm_bytes_per_s=5e12)
     fwd, bwd = cpm.ring_attention_compute_s(T, H, G, D, D, 16, rates)
     assert fwd == pytest.approx(15 * 2 * 5e-6 + 10_200_547_328 / 5e12)
-    assert bwd == pytest.approx(15 * 2 * 5e-6 + (15 * 1_006_632_960 + 134_217_728) / 5e12)
+    assert bwd == pytest.approx(15 * 2 * 5e-6 + (15 * 805_306_368 + 134_217_728) / 5e12)
 
 
 def test_hybrid_prices_the_ring_passes_on_the_shapes_after_the_ulysses_exchange():
@@ -73,7 +80,7 @@ def test_hybrid_prices_the_ring_passes_on_the_shapes_after_the_ulysses_exchange(
     # of Q = O = 4t x 4 x 128 = 2048t, KV = 4t x 1 x 256 = 1024t elements.
     c = costs(load_model("llama3-8b"), 8, 2)
     fwd_bytes = 10 * 2048 * t + 4 * 1024 * t
-    bwd_bytes = 6 * (2048 + 1024) * t + 2 * 3 * 2048 * t + 4 * 1024 * t
+    bwd_bytes = 6 * (1024 + 1024) * t + 2 * 3 * 2048 * t + 4 * 1024 * t
     assert c["fwd_compute_s"][0] == pytest.approx(launches + fwd_bytes / 5e12)
     assert c["bwd_compute_s"][0] == pytest.approx(launches + bwd_bytes / 5e12)
     # the pure ring beside it (same row array): 7 later steps of t tokens, 16 query and 4 K/V heads
@@ -83,6 +90,6 @@ def test_hybrid_prices_the_ring_passes_on_the_shapes_after_the_ulysses_exchange(
     # 8t tokens of 32 / 8 = 4 query heads, r = 2: Q = 8t x 4 x 128 = 4096t, KV = 8t x 1 x 256 = 2048t
     c = costs(replace(load_model("llama3-8b"), num_kv_heads=2), 16, 1)
     fwd_bytes = 10 * 4096 * t + 4 * 2048 * t
-    bwd_bytes = 6 * (4096 + 2048) * t + 2 * 3 * 4096 * t + 4 * 2048 * t
+    bwd_bytes = 6 * (2048 + 2048) * t + 2 * 3 * 4096 * t + 4 * 2048 * t
     assert c["fwd_compute_s"][0] == pytest.approx(launches + fwd_bytes / 5e12)
     assert c["bwd_compute_s"][0] == pytest.approx(launches + bwd_bytes / 5e12)
