@@ -37,9 +37,9 @@ def test_the_other_half_within_its_bound(results):
 
 
 @pytest.mark.parametrize("model, rows, bound", [
-    ("8b", 6, 0.175),     # 17.27% since session 69 (CP 2's ring passes priced, Hopper refit), predicted slow; 16.1% on 2026-12-07 (the Hopper refit); 17.1% (16.7% before the Hopper FP8 refit of session 50), predicted slow as the file's 8B rows
+    ("8b", 6, 0.175),     # 17.02% since session 69 (CP 2's ring passes priced, Hopper refit), predicted slow; 16.1% on 2026-12-07 (the Hopper refit); 17.1% (16.7% before the Hopper FP8 refit of session 50), predicted slow as the file's 8B rows
     ("15b", 9, 0.025),    # 2.21% on 2026-12-07 (the Hopper refit); 3.9% (6.7%)
-    ("70b", 6, 0.02),     # 1.88% since session 69's refit (Hopper FP8 0.6363 -> 0.6483: the FP8 rows faster); 1.40% on 2026-12-07 (the Hopper refit); 2.3% (3.1%)
+    ("70b", 6, 0.02),     # 1.85% since session 69's refit (Hopper FP8 0.6363 -> 0.6483: the FP8 rows faster); 1.40% on 2026-12-07 (the Hopper refit); 2.3% (3.1%)
     ("340b", 6, 0.095),   # 9.28% on 2026-12-07; 9.42% (8.95% before the Hopper FP8 refit of session 50)
     ("405b", 3, 0.05),    # 4.65% on 2026-12-07, the Hopper refit (HBM 0.6406 -> 0.5547, FP8 0.6484 -> 0.6363) and the optimizer's 16-bit gradient cast; 4.18% (3.75% before the Hopper FP8 refit of session 50)
 ])
