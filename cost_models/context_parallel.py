@@ -379,6 +379,7 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
     cp, tp = _f(cp), _f(tp)
     g, dk, dv = attention_kv_dims(model)
     a = model.num_heads
+    kv_local = kv_heads_per_tp_rank(g, tp)      # K/V heads a TP rank holds before any exchange
     step = ring_attention_comm_bytes(tokens_local, g, dk, tp, bytes_per_element, dv)
     ring = ring_attention_time_s(step, cp, tp, core_fwd_s, core_bwd_s, cluster, eff)
 
@@ -407,7 +408,6 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
         h_uf, h_ub = ulysses_time_s(h_uly_bytes, h_uly_bwd, u, tp, cluster, eff)
         # after the Ulysses exchange a rank holds (seq/r) tokens of (heads/u): the same K/V
         # bytes as a pure ring's block unless K/V heads had to be replicated up to u
-        kv_local = kv_heads_per_tp_rank(g, tp)
         h_step = step * np.maximum(kv_local, u) / kv_local
         h_ring = ring_attention_time_s(h_step, cp, tp, core_fwd_s, core_bwd_s, cluster, eff,
                                        ring_size=r, ring_stride=tp * u)
@@ -425,7 +425,6 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
 
     if rates is not None:
         heads_local = _f(a) / tp
-        kv_local = kv_heads_per_tp_rank(g, tp)
         r_f, r_b = ring_attention_compute_s(tokens_local, heads_local, kv_local, dk, dv, cp, rates)
         if has_hybrid:
             # after the Ulysses exchange: u times the tokens, 1/u of the heads (K/V heads at least u)
