@@ -57,7 +57,7 @@ from hardware_specs.cluster_spec import (HOST_LINKS, MAX_HOST_MEMORY_BYTES, MAX_
                                          HostSpec, NetworkTier, is_host_link)
 from hardware_specs.efficiency_files import efficiency_from_dict, serving_efficiency_from_dict
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError, check_name, not_a_file, require_plausible, shown, suggest
+from hardware_specs.errors import InputError, check_name, file_float, not_a_file, require_plausible, shown, suggest
 from hardware_specs.gpu_spec import MAX_HBM_BYTES, MAX_RATE_PER_S, MIN_HBM_BYTES, MIN_RATE_PER_S, GPUSpec
 from hardware_specs.pools import Pool, PooledCluster, PoolLink
 from hardware_specs.release_match import ReleaseMatch, match_release, release_numbers
@@ -147,8 +147,9 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
         if isinstance(tflops, bool) or not isinstance(tflops, (int, float)):
             raise InputError(f"{where}.peak_tflops.{dtype}", f"expected a number, got {shown(tflops)}",
                              "write the dense peak in TFLOP/s as a number, unquoted")
-        value = float(tflops)
-        _check_in_file_unit(f"{where}.peak_tflops.{dtype}", value, 1e12, "the dense peak in TFLOP/s, or leave the dtype out")
+        field, fix = f"{where}.peak_tflops.{dtype}", "the dense peak in TFLOP/s, or leave the dtype out"
+        value = file_float(field, tflops, fix)          # 10**400: refused, not float()'s OverflowError
+        _check_in_file_unit(field, value, 1e12, fix)
         peak_flops[str(dtype)] = value * 1e12
     if "hbm_gib" in data and "hbm_gb" in data:
         raise InputError(f"{where}.hbm_gb", "given with hbm_gib", "keep one: hbm_gib (GiB, the catalog's) or hbm_gb (GB)")

@@ -5,7 +5,7 @@ Unknown or mistyped keys raise an ``InputError`` naming the key."""
 from __future__ import annotations
 
 from hardware_specs.efficiency_model import NOT_FILE_KEYS, EfficiencyModel, fittable_factor_names
-from hardware_specs.errors import InputError, shown
+from hardware_specs.errors import InputError, file_float, shown
 from hardware_specs.serving_efficiency import ServingEfficiency
 
 
@@ -59,7 +59,7 @@ def efficiency_from_dict(data: dict, where: str = "efficiency", origin: str = ""
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise InputError(f"{where}.{key}", f"expected a number, got {shown(value)}",
                                  "write it as a number, unquoted")
-            kwargs[key] = float(value)
+            kwargs[key] = file_float(f"{where}.{key}", value)
     return EfficiencyModel(**kwargs, origin=str(origin))
 
 

@@ -138,6 +138,18 @@ def as_float(value) -> float:
         return float("inf") if value > 0 else float("-inf")
 
 
+def file_float(field: str, value, fix: str = "check the number") -> float:
+    """``float(value)`` of a number read from an input file, with ``InputError`` naming ``field``
+    for an integer too large for any float (YAML and JSON read ``10**400`` as a Python int, and
+    ``float()`` of it raised ``OverflowError``, an internal error); ``TypeError`` / ``ValueError``
+    as ``float()`` raises them, for the caller's own message."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise InputError(field, f"{shown(value)} is beyond the largest number a file may hold "
+                         f"({sys.float_info.max:.3g})", fix) from None
+
+
 def is_finite(value) -> bool:
     """``math.isfinite`` for any real number, False (not ``OverflowError``) for an integer too
     large for a float, and (not numpy's ``TypeError``) for a Python int above 2**64."""

@@ -72,6 +72,11 @@ MAX_RESERVED_GIB = 1024.0
 #: plausibility bound of the hold settings (steps): the engines' own examples and tuned
 #: deployments use tens of steps (SGLang recv interval 10-30, TensorRT-LLM batch waits 20-60)
 MAX_HOLD_STEPS = 10_000
+#: plausibility bound of the engine's counts (tokens a step, requests running, a CUDA graph's
+#: batch, a one-shot all-reduce's tokens): past any engine's default (vLLM 8192 tokens and 1024
+#: requests a step), and below what a float holds exactly; an integer of hundreds of digits
+#: (10**400) was float()'s OverflowError, an internal error, where the counts meet numpy
+MAX_ENGINE_COUNT = 2**31
 #: plausibility bound of a KV-cache block (tokens): the engines offer up to 256 (vLLM
 #: ``BlockSize``), TensorRT-LLM any power of two
 MAX_KV_BLOCK_TOKENS = 4096
@@ -89,8 +94,10 @@ def _by_memory(table: Mapping, where: str, least: int) -> Mapping[float, int]:
         except (TypeError, ValueError, OverflowError):      # OverflowError: int(inf)
             raise InputError(where, f"bad entry {gib!r}: {value!r}",
                              "use HBM GiB: value, e.g. {0: 256, 70: 1024}") from None
-        if isinstance(value, bool) or not math.isfinite(gib_f) or gib_f < 0 or value_i < least or value_i != value:
-            raise InputError(where, f"bad entry {gib!r}: {value!r}", f"thresholds >= 0 GiB, whole numbers >= {least}")
+        if isinstance(value, bool) or not math.isfinite(gib_f) or gib_f < 0 or value_i < least or value_i != value \
+                or value_i > MAX_ENGINE_COUNT:
+            raise InputError(where, f"bad entry {shown(gib)}: {shown(value)}",
+                             f"thresholds >= 0 GiB, whole numbers from {least} to {MAX_ENGINE_COUNT:,}")
         checked[gib_f] = value_i
     return MappingProxyType(dict(sorted(checked.items())))
 
@@ -368,8 +375,8 @@ class ServingBehaviour:
             for gpus, most in limits.items():
                 try:
                     gpus_f, most_f = float(gpus), float(most)
-                except (TypeError, ValueError):
-                    raise InputError(f"{where}.oneshot_allreduce_max_bytes", f"bad entry {gpus!r}: {most!r}",
+                except (TypeError, ValueError, OverflowError):      # OverflowError: an int of 400 digits
+                    raise InputError(f"{where}.oneshot_allreduce_max_bytes", f"bad entry {shown(gpus)}: {shown(most)}",
                                      "use group size: bytes, e.g. {8: 262144}") from None
                 if isinstance(most, bool) or not (math.isfinite(gpus_f) and gpus_f >= 2 and math.isfinite(most_f)
                                                   and most_f >= 0):
@@ -382,8 +389,9 @@ class ServingBehaviour:
             value = getattr(self, name)
             if name == "max_running_requests" and isinstance(value, Mapping):
                 continue            # checked entry by entry above
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InputError(f"{where}.{name}", f"must be a whole number >= 0, got {shown(value)}")
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ENGINE_COUNT:
+                raise InputError(f"{where}.{name}", f"must be a whole number from 0 to {MAX_ENGINE_COUNT:,}, "
+                                 f"got {shown(value)}")
         if isinstance(self.kv_block_tokens, bool) or not isinstance(self.kv_block_tokens, int) or \
                 not 1 <= self.kv_block_tokens <= MAX_KV_BLOCK_TOKENS:
             raise InputError(f"{where}.kv_block_tokens", f"must be a whole number of tokens in [1, {MAX_KV_BLOCK_TOKENS}], "

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from hardware_specs.yaml_files import exists, is_file, read_yaml
-from hardware_specs.errors import InputError, check_name, not_a_file, safe_name, shown, suggest
+from hardware_specs.errors import InputError, check_name, file_float, not_a_file, safe_name, shown, suggest
 from model_specs.hf_config import is_hf_config, model_from_hf_config, read_json, supported_model_types
 from model_specs.model_spec import LinearAttentionSpec, MambaSpec, MLASpec, ModelSpec, MoESpec
 
@@ -222,6 +222,8 @@ def _int(value: Any, field: str) -> int:
 def _float(value: Any, field: str) -> float:
     if isinstance(value, bool):
         raise InputError(field, f"expected a number, got {shown(value)}")
+    if isinstance(value, int):      # 10**400: refused by file_float, not float()'s OverflowError
+        return file_float(field, value)
     try:
         return float(value)
     except (TypeError, ValueError):

@@ -1,0 +1,98 @@
+"""User-supplied files a fuzz pass (session 70) found breaking the one-line error contract.
+
+An integer of hundreds of digits (YAML and JSON read ``10**400`` as a Python int) in a number
+field of a model file, a GPU's peak, an efficiency factor, or a serving stack's counts reached
+``float()`` or numpy as an int no float holds: ``OverflowError``, exit 1, "error: internal".
+Each is now one ``error: <field>: ...`` line with exit 2.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cli_results import one_line_error, run
+
+REPO = Path(__file__).resolve().parents[1]
+HUGE = 10**400
+
+
+@pytest.fixture(autouse=True)
+def _no_debug_env(monkeypatch):
+    monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
+
+
+def _yaml_with(data: dict, path: tuple, value) -> str:
+    """``data`` dumped as YAML with ``value`` (a Python int of any size) at ``path``."""
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = "__HUGE__"
+    return yaml.safe_dump(data, sort_keys=False).replace("'__HUGE__'", str(value)).replace("__HUGE__", str(value))
+
+
+def _catalog(kind: str, name: str) -> dict:
+    return yaml.safe_load((REPO / "hardware_specs" / kind / f"{name}.yaml").read_text())
+
+
+@pytest.mark.parametrize("preset, path", [
+    ("llama3-8b", ("rope_theta",)),
+    ("deepseek-v3", ("rope_scaling_factor",)),
+    ("deepseek-v3", ("moe", "topk_scaling_factor")),
+    ("gpt-oss-20b", ("glu_clamp_limit",)),
+])
+@pytest.mark.parametrize("sign", [1, -1])
+def test_a_model_files_float_field_of_400_digits_is_one_error_line(tmp_path, preset, path, sign):
+    data = yaml.safe_load((REPO / "model_specs" / "presets" / f"{preset}.yaml").read_text())
+    model = tmp_path / "m.yaml"
+    model.write_text(_yaml_with(data, path, sign * HUGE))
+    line = one_line_error(run("simulate", "-m", model, "-c", "dgx-h100", "-n", "8", "--global-batch", "8"),
+                          f".{path[-1]}: ", "an integer of 401 digits", "beyond the largest number")
+    assert "internal" not in line
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_a_gpu_files_peak_of_400_digits_is_one_error_line(tmp_path, sign):
+    gpu = tmp_path / "g.yaml"
+    gpu.write_text(_yaml_with(_catalog("gpus", "h100-sxm-80gb"), ("peak_tflops", "bf16"), sign * HUGE))
+    one_line_error(run("hardware", "show", gpu), "error: gpu h100-sxm-80gb.peak_tflops.bf16: ",
+                   "an integer of 401 digits", "TFLOP/s")
+
+
+@pytest.mark.parametrize("factor", ["attention_peak_fraction", "gemm_half_dim", "kernel_overhead_s"])
+def test_a_cluster_files_efficiency_factor_of_400_digits_is_one_error_line(tmp_path, factor):
+    cluster = _catalog("clusters", "dgx-h100")
+    cluster["efficiency"] = _catalog("efficiency", "hopper")
+    path = tmp_path / "c.yaml"
+    path.write_text(_yaml_with(cluster, ("efficiency", factor), HUGE))
+    one_line_error(run("simulate", "-m", "gpt3-125m", "-c", path, "-n", "8", "--global-batch", "8"),
+                   f"efficiency.{factor}: ", "an integer of 401 digits")
+
+
+@pytest.mark.parametrize("path, field", [
+    (("serving", "prefill_token_budget", "value", 0), "serving.prefill_token_budget"),   # the tier an H100 does not use
+    (("serving", "prefill_token_budget", "value", 70), "serving.prefill_token_budget"),
+    (("serving", "max_running_requests", "value", 70), "serving.max_running_requests"),
+    (("serving", "cuda_graph_max_batch", "value"), "serving.cuda_graph_max_batch"),
+    (("serving", "oneshot_allreduce_max_tokens", "value"), "serving.oneshot_allreduce_max_tokens"),
+    (("serving", "oneshot_allreduce_max_bytes", "value", 8), "serving.oneshot_allreduce_max_bytes"),
+])
+def test_a_serving_stacks_count_of_400_digits_is_one_error_line(tmp_path, path, field):
+    stack = tmp_path / "s.yaml"
+    stack.write_text(_yaml_with(_catalog("stacks", "vllm-0.14"), path, HUGE))
+    line = one_line_error(run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "-b", stack, "--json"),
+                          field, "an integer of 401 digits")
+    assert "internal" not in line
+
+
+def test_a_serving_stacks_count_may_be_as_large_as_the_bound_and_no_larger(tmp_path):
+    from hardware_specs.serving_behaviour import MAX_ENGINE_COUNT
+    for value, refused in ((MAX_ENGINE_COUNT, False), (MAX_ENGINE_COUNT + 1, True)):
+        stack = tmp_path / "s.yaml"
+        stack.write_text(_yaml_with(_catalog("stacks", "vllm-0.14"), ("serving", "cuda_graph_max_batch", "value"), value))
+        result = run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "-b", stack, "--json")
+        if refused:
+            one_line_error(result, "serving.cuda_graph_max_batch: must be a whole number from 0 to 2,147,483,648")
+        else:
+            assert result.exit_code == 0, result.stderr
