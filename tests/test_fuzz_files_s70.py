@@ -3,10 +3,14 @@
 An integer of hundreds of digits (YAML and JSON read ``10**400`` as a Python int) in a number
 field of a model file, a GPU's peak, an efficiency factor, or a serving stack's counts reached
 ``float()`` or numpy as an int no float holds: ``OverflowError``, exit 1, "error: internal".
-Each is now one ``error: <field>: ...`` line with exit 2.
+Each is now one ``error: <field>: ...`` line with exit 2. And a serving validation row with
+inf in a count column was skipped with a reason that printed the inf bare, as if the report had
+computed it; it is now quoted as the cell gave it.
 """
 from __future__ import annotations
 
+import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -96,3 +100,19 @@ def test_a_serving_stacks_count_may_be_as_large_as_the_bound_and_no_larger(tmp_p
             one_line_error(result, "serving.cuda_graph_max_batch: must be a whole number from 0 to 2,147,483,648")
         else:
             assert result.exit_code == 0, result.stderr
+
+
+@pytest.mark.parametrize("cell", ["inf", "-inf"])
+def test_a_serving_rows_inf_count_is_quoted_in_its_skip_reason(tmp_path, cell):
+    from paraplan.validation.datasets import SERVING_RUNS, validation_file
+    with validation_file(SERVING_RUNS).open(newline="") as fh:
+        records = list(csv.reader(fh))[:3]
+    records[1][records[0].index("pp_size")] = cell
+    path = tmp_path / "s.csv"
+    with path.open("w", newline="") as fh:
+        csv.writer(fh).writerows(records)
+    rows = json.loads(run("validate", "serving", path, "--json").stdout)
+    reasons = {r["reason"] for r in rows if r["id"] == records[1][records[0].index("id")]}
+    assert reasons == {f"pp_size '{cell}' is not a whole number from 0 to 16,777,216"}
+    listed = run("validate", "serving", path, "--list-skipped")
+    assert listed.exit_code == 0 and f"pp_size '{cell}' is not" in listed.stdout

@@ -288,7 +288,10 @@ def _value_problem(row: dict) -> str | None:
         low = 1 if col in _FROM_ONE else 0
         if not math.isfinite(x) or x != round(x) or not low <= x <= MAX_ROW_VALUE:
             huge = digits_text(v)      # a 400-digit cell by its size, not as inf
-            return f"{col} {f'({huge})' if huge else f'{x:g}'} is not a whole number from {low} to {MAX_ROW_VALUE:,}"
+            # an inf cell quoted as given, as validate published's reasons quote it: printed bare,
+            # inf / -inf read as a value the report computed, not as the input it refuses
+            given = f"({huge})" if huge else f"{x:g}" if math.isfinite(x) else repr(str(v))
+            return f"{col} {given} is not a whole number from {low} to {MAX_ROW_VALUE:,}"
     return None
 
 
