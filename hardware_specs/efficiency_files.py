@@ -93,7 +93,7 @@ def serving_efficiency_from_dict(data: dict, where: str = "serving_efficiency", 
         else:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise InputError(f"{where}.{key}", f"expected a number, got {shown(value)}")
-            kwargs[key] = float(value)
+            kwargs[key] = file_float(f"{where}.{key}", value)
     # fitted only with its fit record: prior: false and what it was fitted on (a file without them,
     # a user's hand-written profile, is a prior, as a training file without fitted_factors is)
     kwargs["prior"] = not (data.get("prior") is False and bool(str(data.get("fitted_on", "")).strip()))

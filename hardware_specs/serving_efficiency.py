@@ -133,7 +133,8 @@ class ServingEfficiency:
             raise InputError(f"{where}.validation_error_pct", f"expected a mapping, got {type(errs).__name__}")
         for rec in errs:
             if not (isinstance(rec, (tuple, list)) and len(rec) == 4 and isinstance(rec[0], str)
-                    and all(not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v <= 1e6
+                    # the range first: an int of 400 digits compares, where math.isfinite raised OverflowError
+                    and all(not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v <= 1e6 and math.isfinite(v)
                             for v in rec[1:])):
                 raise InputError(f"{where}.validation_error_pct", f"expected (key, rows, ttft, tpot) numbers, got {shown(rec)}")
         object.__setattr__(self, "validation_error_pct",

@@ -1,8 +1,8 @@
 """User-supplied files a fuzz pass (session 70) found breaking the one-line error contract.
 
 An integer of hundreds of digits (YAML and JSON read ``10**400`` as a Python int) in a number
-field of a model file, a GPU's peak, an efficiency factor, or a serving stack's counts reached
-``float()`` or numpy as an int no float holds: ``OverflowError``, exit 1, "error: internal".
+field of a model file, a GPU's peak, a training or serving efficiency factor, or a serving
+stack's counts reached ``float()`` or numpy as an int no float holds: ``OverflowError``, exit 1, "error: internal".
 Each is now one ``error: <field>: ...`` line with exit 2. And a serving validation row with
 inf in a count column was skipped with a reason that printed the inf bare, as if the report had
 computed it; it is now quoted as the cell gave it.
@@ -72,6 +72,17 @@ def test_a_cluster_files_efficiency_factor_of_400_digits_is_one_error_line(tmp_p
     path.write_text(_yaml_with(cluster, ("efficiency", factor), HUGE))
     one_line_error(run("simulate", "-m", "gpt3-125m", "-c", path, "-n", "8", "--global-batch", "8"),
                    f"efficiency.{factor}: ", "an integer of 401 digits")
+
+
+@pytest.mark.parametrize("path", [("decode_hbm_fraction",), ("kernel_fixed_s",), ("validation_error_pct", "vllm agg", "ttft")])
+def test_a_serving_efficiency_files_number_of_400_digits_is_one_error_line(tmp_path, path):
+    cluster = _catalog("clusters", "dgx-h100")
+    cluster["gpu"] = _catalog("gpus", "h100-sxm-80gb")
+    cluster["gpu"]["generation"] = str(tmp_path / "se.yaml")     # a generation naming a file loads that profile
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cluster))
+    (tmp_path / "se.yaml").write_text(_yaml_with(_catalog("serving_efficiency", "hopper"), path, HUGE))
+    one_line_error(run("serve", "simulate", "-m", "llama3.1-8b", "-s", tmp_path / "c.yaml", "--tp", "2", "--json"),
+                   f".{path[0]}: ", "an integer of 401 digits")
 
 
 @pytest.mark.parametrize("path, field", [
