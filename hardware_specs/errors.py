@@ -214,14 +214,15 @@ def whole_number(field: str, value, minimum: int = 1, maximum: int | None = None
 
 
 def digits_text(value) -> str | None:
-    """``"an integer of 401 digits"`` for an integer of more than ``MAX_INT_DIGITS`` digits, which
-    an error message gives by its size rather than in full (Python will not even write one of
-    over 4,300 digits); None for anything else."""
+    """``"an integer of 401 digits"`` (``"a negative integer of ..."`` below zero) for an integer of
+    more than ``MAX_INT_DIGITS`` digits, which an error message gives by its size rather than in
+    full (Python will not even write one of over 4,300 digits); None for anything else."""
     if not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_)) \
             or abs(int(value)) < 10**MAX_INT_DIGITS:
         return None
     size = abs(int(value))
-    return f"an integer of {len(str(size)):,} digits" if size < 10**4000 else "an integer of over 4,000 digits"
+    kind = "a negative integer" if value < 0 else "an integer"
+    return f"{kind} of {len(str(size)):,} digits" if size < 10**4000 else f"{kind} of over 4,000 digits"
 
 
 def shown(value) -> str:

@@ -55,7 +55,7 @@ class Pool:
                 raise InputError(where, f"must be a positive integer, got {shown(self.gpus)}")
             object.__setattr__(self, "gpus", as_int)
         if self.gpus < 1:
-            raise InputError(where, f"must be >= 1, got {self.gpus}", "give the pool's GPU count")
+            raise InputError(where, f"must be >= 1, got {shown(self.gpus)}", "give the pool's GPU count")
         if self.gpus > MAX_CLUSTER_GPUS:
             raise InputError(where, f"{self.gpus:,} is above the largest supported value {MAX_CLUSTER_GPUS:,}",
                              "check the number")

@@ -52,7 +52,7 @@ def test_a_model_files_float_field_of_400_digits_is_one_error_line(tmp_path, pre
     model = tmp_path / "m.yaml"
     model.write_text(_yaml_with(data, path, sign * HUGE))
     line = one_line_error(run("simulate", "-m", model, "-c", "dgx-h100", "-n", "8", "--global-batch", "8"),
-                          f".{path[-1]}: ", "an integer of 401 digits", "beyond the largest number")
+                          f".{path[-1]}: ", "integer of 401 digits", "beyond the largest number")
     assert "internal" not in line
 
 
@@ -61,7 +61,7 @@ def test_a_gpu_files_peak_of_400_digits_is_one_error_line(tmp_path, sign):
     gpu = tmp_path / "g.yaml"
     gpu.write_text(_yaml_with(_catalog("gpus", "h100-sxm-80gb"), ("peak_tflops", "bf16"), sign * HUGE))
     one_line_error(run("hardware", "show", gpu), "error: gpu h100-sxm-80gb.peak_tflops.bf16: ",
-                   "an integer of 401 digits", "TFLOP/s")
+                   "integer of 401 digits", "TFLOP/s")
 
 
 @pytest.mark.parametrize("factor", ["attention_peak_fraction", "gemm_half_dim", "kernel_overhead_s"])
@@ -71,7 +71,7 @@ def test_a_cluster_files_efficiency_factor_of_400_digits_is_one_error_line(tmp_p
     path = tmp_path / "c.yaml"
     path.write_text(_yaml_with(cluster, ("efficiency", factor), HUGE))
     one_line_error(run("simulate", "-m", "gpt3-125m", "-c", path, "-n", "8", "--global-batch", "8"),
-                   f"efficiency.{factor}: ", "an integer of 401 digits")
+                   f"efficiency.{factor}: ", "integer of 401 digits")
 
 
 @pytest.mark.parametrize("path", [("decode_hbm_fraction",), ("kernel_fixed_s",), ("validation_error_pct", "vllm agg", "ttft")])
@@ -82,7 +82,7 @@ def test_a_serving_efficiency_files_number_of_400_digits_is_one_error_line(tmp_p
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cluster))
     (tmp_path / "se.yaml").write_text(_yaml_with(_catalog("serving_efficiency", "hopper"), path, HUGE))
     one_line_error(run("serve", "simulate", "-m", "llama3.1-8b", "-s", tmp_path / "c.yaml", "--tp", "2", "--json"),
-                   f".{path[0]}: ", "an integer of 401 digits")
+                   f".{path[0]}: ", "integer of 401 digits")
 
 
 @pytest.mark.parametrize("path, field", [
@@ -97,7 +97,7 @@ def test_a_serving_stacks_count_of_400_digits_is_one_error_line(tmp_path, path, 
     stack = tmp_path / "s.yaml"
     stack.write_text(_yaml_with(_catalog("stacks", "vllm-0.14"), path, HUGE))
     line = one_line_error(run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "-b", stack, "--json"),
-                          field, "an integer of 401 digits")
+                          field, "integer of 401 digits")
     assert "internal" not in line
 
 
@@ -127,3 +127,35 @@ def test_a_serving_rows_inf_count_is_quoted_in_its_skip_reason(tmp_path, cell):
     assert reasons == {f"pp_size '{cell}' is not a whole number from 0 to 16,777,216"}
     listed = run("validate", "serving", path, "--list-skipped")
     assert listed.exit_code == 0 and f"pp_size '{cell}' is not" in listed.stdout
+
+
+# ---- messages that quoted a huge number in full or without its sign (the fuzz pass's leftovers) ----
+
+def test_a_huge_negative_integer_is_quoted_by_its_size_and_its_sign():
+    from hardware_specs.errors import digits_text, shown
+    assert digits_text(HUGE) == "an integer of 401 digits"
+    assert digits_text(-HUGE) == "a negative integer of 401 digits"
+    assert shown([-HUGE, 3]) == "[a negative integer of 401 digits, 3]"
+    assert digits_text(-12345) is None       # an ordinary negative number is written out
+
+
+@pytest.mark.parametrize("serving", [False, True])
+def test_a_sweeps_chunk_points_of_400_digits_is_quoted_by_its_size(serving):
+    from hardware_specs.errors import InputError
+    from paraplan.sweeps.spec import spec_from_dict
+    from test_sweeps import GRID, SERVING
+    data = {**(SERVING if serving else GRID), "chunk_points": -HUGE}
+    with pytest.raises(InputError) as err:
+        spec_from_dict(data)
+    text = str(err.value)
+    assert text.startswith("chunk_points: must be between 1 and 1,000,000, got a negative integer of 401 digits")
+    assert len(text) < 200
+
+
+def test_a_pools_gpu_count_of_minus_1e308_is_one_short_line(tmp_path):
+    pooled = yaml.safe_load((REPO / "examples" / "clusters" / "a100-h100.yaml").read_text())
+    pooled["pools"][0]["gpus"] = -1.0e308
+    path = tmp_path / "pooled.yaml"
+    path.write_text(yaml.safe_dump(pooled, sort_keys=False))
+    line = one_line_error(run("hardware", "show", path), "gpus", "a negative integer of 309 digits")
+    assert len(line) < 200, line

@@ -179,7 +179,7 @@ def test_the_shared_number_checks_read_an_integer_too_large_for_a_float():
         whole_number("x", _HUGE, maximum=16)
     with pytest.raises(InputError, match=r"^x: an integer of 401 digits is above the largest supported value"):
         require_positive("x", _HUGE)
-    with pytest.raises(InputError, match=r"^x: must be > 0, got an integer of 401 digits$"):
+    with pytest.raises(InputError, match=r"^x: must be > 0, got a negative integer of 401 digits$"):
         require_positive("x", -_HUGE)
     with pytest.raises(InputError, match=r"^x: an integer of 401 digits is above the plausible maximum 1000"):
         require_plausible("x", _HUGE, 1.0, 1e3)

@@ -26,8 +26,8 @@ POINT = {"models": ["llama3-8b"], "clusters": ["dgx-h100"], "gpus": [8], "global
      "error: config.moe_load_imbalance: an integer of 401 digits is above the largest supported value 1,048,576 "
      "(check the number)"),
     ("config", {"moe_load_imbalance": -HUGE},
-     "error: config.moe_load_imbalance: must be between 1 (perfectly balanced) and 1,048,576, got an integer of "
-     "401 digits (correct config.moe_load_imbalance; the command's --help says what it takes)"),
+     "error: config.moe_load_imbalance: must be between 1 (perfectly balanced) and 1,048,576, got a negative "
+     "integer of 401 digits (correct config.moe_load_imbalance; the command's --help says what it takes)"),
     ("gpus", [HUGE],
      "error: gpus: an integer of 401 digits is above the largest supported value 16,777,216 (check the number)"),
     ("global_batch", [HUGE],

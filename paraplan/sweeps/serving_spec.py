@@ -94,7 +94,7 @@ class ServingSweepSpec:
                 raise InputError("osl", f"must be 2 or more, got {o}", "the first token comes with the prompt; "
                                  "TPOT times the rest")
         if not 1 <= self.chunk_points <= 1_000_000:
-            raise InputError("chunk_points", f"must be between 1 and 1,000,000, got {self.chunk_points}")
+            raise InputError("chunk_points", f"must be between 1 and 1,000,000, got {shown(self.chunk_points)}")
         if self.n_points > MAX_SERVING_POINTS:
             raise InputError("spec", f"{self.n_points:,} points, more than {MAX_SERVING_POINTS:,} "
                              "(each is a serve plan search)", "sweep fewer values")

@@ -118,7 +118,7 @@ class SweepSpec:
                 raise InputError(f"config.{key}", "is empty", "list at least one value")
             _refuse_repeats(f"config.{key}", values)
         if not 1 <= self.chunk_points <= 1_000_000:
-            raise InputError("chunk_points", f"must be between 1 and 1,000,000, got {self.chunk_points}")
+            raise InputError("chunk_points", f"must be between 1 and 1,000,000, got {shown(self.chunk_points)}")
         if self.n_points > MAX_POINTS:
             raise InputError("spec", f"{self.n_points:,} points, more than {MAX_POINTS:,}", "sweep fewer values")
 
