@@ -279,6 +279,8 @@ def not_a_file(path) -> str:
     """What is wrong with ``path`` where a regular file was expected: missing, a directory, or
     something else (a FIFO, a device), for an ``InputError`` message."""
     from pathlib import Path
+    if str(path) == "":                 # Path("") is the working directory: say what was given
+        return "an empty name is not a file"
     p = Path(str(path))
     try:
         if not p.exists():

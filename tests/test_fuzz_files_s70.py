@@ -159,3 +159,10 @@ def test_a_pools_gpu_count_of_minus_1e308_is_one_short_line(tmp_path):
     path.write_text(yaml.safe_dump(pooled, sort_keys=False))
     line = one_line_error(run("hardware", "show", path), "gpus", "a negative integer of 309 digits")
     assert len(line) < 200, line
+
+
+@pytest.mark.parametrize("kind", ["published", "serving", "heterogeneous"])
+def test_an_empty_path_is_named_as_empty_not_as_a_directory(kind):
+    # Path("") is the working directory, so it read "is a directory, not a file"
+    line = one_line_error(run("validate", kind, ""), "an empty name is not a file")
+    assert "directory" not in line, line
