@@ -7,11 +7,15 @@ vllm/docs/features/disagg_prefill.md) where the CLI headlined the aggregated one
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pandas as pd
+import pytest
+from click.testing import CliRunner
 
 from cli_results import completed
+from paraplan.cli import main
 from paraplan.serving_api import serve_plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -189,3 +193,21 @@ def test_a_best_the_engine_cannot_launch_says_so_in_the_plan():
     # a best the engine launches: nothing said
     agg = serve_plan("llama3.1-70b", "dgx-b200", 8, tpot_ms=30.0, modes="agg", backend="vllm")
     assert agg.launch_refusal is None and not any(w.startswith("launch: ") for w in agg.why)
+
+
+def test_the_refused_winner_in_json_carries_its_degrees_and_a_command_that_prices_it_again():
+    # --json gave the refused winner's layout only as a sentence; its degrees and its serve simulate
+    # command now ride with it, and the command gives its numbers exactly
+    cli = _cli_json("-m", "llama3.1-70b", "-s", "dgx-h100", "-n", "8", "--tpot-ms", "20", "-b", "vllm")
+    refused = cli["engine_refused_best"]
+    assert refused["mode"] == "disagg" and refused["tp"] is None and refused["moe_tp"] is None
+    for key in ("prefill_tp", "prefill_workers", "prefill_batch", "decode_tp", "decode_workers", "batch"):
+        assert isinstance(refused[key], int) and refused[key] >= 1, (key, refused[key])
+    command = refused["simulate_command"]
+    assert command.startswith("paraplan serve simulate -m llama3.1-70b -s dgx-h100 -b vllm ")
+    assert "--mode disagg" in command      # degrees at their default of 1 are left out, as the table's
+    result = CliRunner().invoke(main, shlex.split(command)[1:] + ["--json"])
+    assert result.exit_code == 0, result.output
+    again = json.loads(result.stdout)
+    for key in ("ttft_ms", "tpot_ms", "tokens_per_s_per_gpu"):
+        assert again[key] == pytest.approx(refused[key], rel=1e-12), key

@@ -621,6 +621,20 @@ def _without_drafting(plan, ctx, gpus, opts, ttft_ms, tpot_ms, search, max_batch
                                   f"{key(b):,.0f} {what}: {verdict}"}
 
 
+def _refused_json(refused, opts: dict, gpus: int, moe: bool) -> dict | None:
+    """``serve plan --json``'s ``engine_refused_best``: ``serving_launchable.refused_fields`` with
+    the row's degrees as whole numbers (as ``best`` gives them) and the ``serve simulate`` command
+    that prices it again (the engine refuses to launch it, the simulator does not), so the
+    winner the engine refuses can be re-run from the JSON alone; None where there is none."""
+    from paraplan.serving_launchable import refused_fields
+    fields = refused_fields(refused)
+    if fields is None:
+        return None
+    row = refused.row
+    return {**_records(row.to_frame().T, moe)[0], **fields,
+            "simulate_command": simulate_command(row, {**opts, "gpus": gpus}, moe=moe)}
+
+
 def launch_request(opts: dict):
     """The ``LaunchRequest`` of a command's options (``--isl``, ``--osl``, ``--kv-cache-dtype``,
     ``--rank-by``): what ``paraplan.serving_launchable`` launches a plan's rows with."""
@@ -868,7 +882,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                           "validation_error": {m: ctx.validation_error(m) for m in search},
                           "without_drafting": None if without is None else without["best"],
                           # the search's winner the engine cannot launch as priced (null where it can)
-                          "engine_refused_best": refused_fields(plan.engine_refused_best),
+                          "engine_refused_best": _refused_json(plan.engine_refused_best, opts, gpus, moe),
                           # why the engine cannot launch best as priced (null where it can), as
                           # the text's line under the headline
                           "launch_refusal": plan.launch_refusal})
