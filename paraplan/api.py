@@ -739,9 +739,7 @@ def _planner_kwargs(constraints: Mapping[str, Any]) -> dict:
     becomes ``dtypes``, the stack's behaviour fields the planner does not search
     (``ep_dispatch_dedup=True``) override the ``stack``'s (``StackSpec.with_training``, as
     ``paraplan plan --ep-dispatch-dedup`` does), everything else passes through."""
-    import inspect
-    from planners import plan as planner_plan
-    accepted = set(inspect.signature(planner_plan).parameters)
+    accepted = _planner_parameters()
     kwargs = dict(constraints)
     given = kwargs.pop("fixed", None)
     if given is not None and not isinstance(given, Mapping):
@@ -755,7 +753,7 @@ def _planner_kwargs(constraints: Mapping[str, Any]) -> dict:
                 fixed[name] = value
         elif name == "dtype":
             kwargs["dtypes"] = _planner_dtypes(kwargs.pop("dtype"), kwargs.get("dtypes"))
-        elif name in CONFIG_FIELDS and name not in accepted and name in StackSpec.training_keys():
+        elif _is_stack_switch(name, accepted):
             # a stack behaviour (ep_dispatch_dedup, ep_comm_overlap, ...): every plan runs with it,
             # as ``paraplan plan --ep-dispatch-dedup`` sets it on the stack (StackSpec.with_training)
             value = kwargs.pop(name)
@@ -777,6 +775,28 @@ def _planner_kwargs(constraints: Mapping[str, Any]) -> dict:
         raise InputError(unknown[0], "is neither a planner constraint nor a searched configuration field",
                          suggest(unknown[0], sorted(accepted | set(PLANNER_FIXABLE))))
     return kwargs
+
+
+def _planner_parameters() -> set[str]:
+    """The keyword arguments ``planners.plan`` takes."""
+    import inspect
+    from planners import plan as planner_plan
+    return set(inspect.signature(planner_plan).parameters)
+
+
+def _is_stack_switch(name: str, accepted: set[str]) -> bool:
+    """True for a stack behaviour the planner does not search (``ep_comm_overlap``): given to
+    :func:`plan` it is set on the stack every plan is priced with (``_planner_kwargs``)."""
+    return name in CONFIG_FIELDS and name not in accepted and name in StackSpec.training_keys()
+
+
+def stack_switches(constraints: Mapping[str, Any]) -> dict:
+    """The stack switches among :func:`plan`'s ``constraints`` (``ep_comm_overlap=True``), as
+    ``ParallelConfig`` fields: the winner re-simulated with them is priced as the planner priced
+    it (``best_plan`` dropped them: Mixtral-8x7B on 64 H100 with ``ep_comm_overlap=True``,
+    16.61 s and ``ep_comm_overlap`` False against the planner's 16.26 s)."""
+    accepted = _planner_parameters()
+    return {k: coerce_value(k, v) for k, v in constraints.items() if v is not None and _is_stack_switch(k, accepted)}
 
 
 def _planner_dtypes(dtype: Any, dtypes: Any) -> Any:
@@ -876,9 +896,10 @@ def best_plan(model, cluster, gpus: int, global_batch_tokens: int | str | None =
     # the cluster's own model: another step time than the table's winner)
     # ... and judged against the headroom it was planned with (plan(headroom_gib=0)'s winner, planned
     # to the last GiB, came back fits False against the default 5%)
+    # ... and with the stack switches it was searched with (ep_comm_overlap=True: the planner's stack)
     row = simulate(model, cluster, **{k: v for k, v in what_if.items() if v is not None},
                    stack=constraints.get("stack"), efficiency=constraints.get("efficiency"),
-                   headroom_gib=constraints.get("headroom_gib"), **config)
+                   headroom_gib=constraints.get("headroom_gib"), **{**config, **stack_switches(constraints)})
     row.attrs["explain"] = plans.attrs.get("explain", "")
     return row
 
