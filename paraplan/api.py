@@ -374,7 +374,7 @@ LABEL_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero
 
 
 def _degree_piece(short: str):
-    return lambda degree: f"{short}{degree}" if int(degree) > 1 else ""
+    return lambda degree: f"{short}{int(degree)}" if int(degree) > 1 else ""
 
 
 def _recompute_piece(recompute: Any, num_layers: Any, decrement: Any) -> str:
@@ -383,28 +383,30 @@ def _recompute_piece(recompute: Any, num_layers: Any, decrement: Any) -> str:
         return ""
     label = {"selective": "sel", "full": "full"}.get(recompute, recompute)
     if recompute == "full" and int(num_layers or 0) > 0:
-        label += str(num_layers)
+        label += str(int(num_layers))
         if int(decrement or 0) > 0:
-            label += f"d{decrement}"
+            label += f"d{int(decrement)}"
     return label
 
 
 #: the label's pieces in order: (the fields a piece reads, their values -> the piece; "" leaves
 #: it out). ``config_label`` joins them for one configuration, ``config_labels`` for a table.
 _LABEL_PIECES = (
-    (("dp",), lambda dp: f"dp{dp}"),
-    (("tp",), lambda tp: f"tp{tp}"),
-    (("pp",), lambda pp: f"pp{pp}"),
+    # whole numbers as such: a table column with a hole (a sweep's infeasible point) holds them as
+    # floats, and a sweep's labels read 'off3.0' where plan's read 'off3'
+    (("dp",), lambda dp: f"dp{int(dp)}"),
+    (("tp",), lambda tp: f"tp{int(tp)}"),
+    (("pp",), lambda pp: f"pp{int(pp)}"),
     (("cp",), _degree_piece("cp")),
     (("ep",), _degree_piece("ep")),
     # the experts' tensor parallelism (``etp2``) where it splits them: 1 on every dense model
     (("etp",), _degree_piece("etp")),
     (("vpp",), _degree_piece("vpp")),
-    (("micro_batch",), lambda mb: f"mb{mb}"),
-    (("zero_stage",), lambda z: f"z{z}"),
-    (("zero_shard_group",), lambda group: f"hsdp{group}" if int(group or 0) > 0 else ""),
+    (("micro_batch",), lambda mb: f"mb{int(mb)}"),
+    (("zero_stage",), lambda z: f"z{int(z)}"),
+    (("zero_shard_group",), lambda group: f"hsdp{int(group)}" if int(group or 0) > 0 else ""),
     (("recompute", "recompute_num_layers", "recompute_layers_decrement"), _recompute_piece),
-    (("offload_activation_layers",), lambda layers: f"off{layers}" if int(layers or 0) > 0 else ""),
+    (("offload_activation_layers",), lambda layers: f"off{int(layers)}" if int(layers or 0) > 0 else ""),
     (("sequence_parallel",), lambda sp: "sp" if sp else ""),
     (("schedule",), lambda schedule: "" if str(schedule) in ("1f1b", "interleaved") else str(schedule)),
     (("dtype",), lambda dtype: "" if dtype == "bf16" else str(dtype)),
