@@ -113,8 +113,10 @@ NEIGHBOUR = {"volta": "ampere", "ampere": "hopper", "hopper": "blackwell", "blac
 #: their time rather than by hand: the AMD Instinct parts, MI250X (CDNA2, 2021) beside A100 and
 #: MI300X (CDNA3, 2023) beside H100. A hand-set 0.8 GEMM plateau and 5 us per kernel made MI300X
 #: 1.79x H100 per GPU on Llama-3-70B where its bf16 peak is 1.32x: a prior no more optimistic than
-#: the fitted generations is the honest one (still unfitted, and every number on it says so)
-ROWLESS_DONOR = {"cdna2": "ampere", "cdna3": "hopper"}
+#: the fitted generations is the honest one (still unfitted, and every number on it says so).
+#: MI350X / MI355X (CDNA 4, 2025) stand beside B200 / B300: AMD launched them against Blackwell
+#: (the MI355X's matmul share in gpus/mi355x.yaml is measured against B200's, the same donor)
+ROWLESS_DONOR = {"cdna2": "ampere", "cdna3": "hopper", "cdna4": "blackwell"}
 
 
 def _transfer(model: EfficiencyModel, target: EfficiencyModel) -> EfficiencyModel:
