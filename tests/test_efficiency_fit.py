@@ -201,7 +201,7 @@ def test_pair_step_follows_a_diagonal_valley_a_coordinate_step_cannot():
     assert s == pytest.approx(0.03745, abs=1e-9)
 
 
-@pytest.mark.parametrize("generation", ["cdna2", "cdna3"])
+@pytest.mark.parametrize("generation", ["cdna2", "cdna3", "cdna4"])
 def test_a_generation_no_run_measures_carries_its_contemporarys_fitted_factors(generation):
     # what the fitter writes for it (write_rowless_priors) is what is committed, and it is no more
     # optimistic than a fitted generation: the hand-set 0.8 GEMM plateau and 5 us per kernel made

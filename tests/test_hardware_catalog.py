@@ -26,11 +26,11 @@ CANONICAL_GPUS = (
     "v100-sxm-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm-80gb", "h100-sxm-96gb",
     "h200-sxm-141gb", "h800-sxm-80gb", "b200", "b300", "gb200", "gb300", "tpu-v3", "tpu-v4",
 )
-EXTRA_GPUS = ("mi250x", "mi300x", "cpu-generic")
+EXTRA_GPUS = ("mi250x", "mi300x", "mi325x", "mi350x", "mi355x", "h20", "cpu-generic")
 CLUSTERS = (
     "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "hgx-h200", "h800-node", "dgx-b200", "dgx-b300",
-    "gb200-nvl72", "gb300-nvl72", "dgx2-v100", "frontier-mi250x", "mi300x-node", "tpu-v4-pod",
-    "tpu-v3-pod", "cpu-local",
+    "gb200-nvl72", "gb300-nvl72", "dgx2-v100", "frontier-mi250x", "mi300x-node", "mi325x-node",
+    "mi350x-node", "mi355x-node", "hgx-h20", "tpu-v4-pod", "tpu-v3-pod", "cpu-local",
 )
 GPU_FILES = sorted((catalog.BUILTIN_DIR / "gpus").glob("*.yaml"))
 CLUSTER_FILES = sorted((catalog.BUILTIN_DIR / "clusters").glob("*.yaml"))

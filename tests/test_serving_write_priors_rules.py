@@ -20,7 +20,7 @@ from paraplan.validation import serving_fit
 from paraplan.validation.serving_fit import PARAMS
 
 SHIPPED = BUILTIN_DIR / "serving_efficiency"
-UNMEASURED = ("ampere", "cdna2", "cdna3", "cpu", "tpu-v3", "tpu-v4", "turing", "volta")
+UNMEASURED = ("ampere", "cdna2", "cdna3", "cdna4", "cpu", "tpu-v3", "tpu-v4", "turing", "volta")
 
 
 @pytest.fixture

@@ -22,7 +22,10 @@ from paraplan.validation.serving_fit import PARAMS, _yaml, donor_chain, serving_
 
 #: the generations of hardware_specs/gpus/ that no serving run measured (serving_runs.csv holds
 #: Hopper and Blackwell rows only)
-UNMEASURED = ("ampere", "cdna2", "cdna3", "cpu", "tpu-v3", "tpu-v4", "turing", "volta")
+UNMEASURED = ("ampere", "cdna2", "cdna3", "cdna4", "cpu", "tpu-v3", "tpu-v4", "turing", "volta")
+#: the fitted generation each prior borrows from: Hopper, but CDNA 4 (MI350X / MI355X, 2025) its
+#: contemporary Blackwell (ROWLESS_DONOR)
+DONOR = {g: ("blackwell" if g == "cdna4" else "hopper") for g in UNMEASURED}
 FITTED = {"hopper", "blackwell"}
 
 REPRO = dict(model="llama3.1-8b", system="dgx-h100", tp=1, batch=32, isl=2048, osl=512)
@@ -35,6 +38,7 @@ def test_the_fitted_serving_generations_are_hopper_and_blackwell():
 
 @pytest.mark.parametrize("generation, chain", [
     ("cdna3", ["cdna3", "hopper"]),                       # ROWLESS_DONOR: MI300X beside H100
+    ("cdna4", ["cdna4", "blackwell"]),                    # ROWLESS_DONOR: MI355X beside B200
     ("cdna2", ["cdna2", "ampere", "hopper"]),             # MI250X beside A100, Ampere unmeasured
     ("ampere", ["ampere", "hopper"]),                     # NEIGHBOUR
     ("volta", ["volta", "ampere", "hopper"]),
@@ -54,14 +58,14 @@ def test_each_unmeasured_generation_borrows_along_the_training_chain(generation,
 @pytest.mark.parametrize("generation", UNMEASURED)
 def test_the_prior_file_holds_its_donors_fitted_factors_and_says_it_is_a_prior(generation):
     data = yaml.safe_load(serving_efficiency_path(generation).read_text())
-    hopper = yaml.safe_load(serving_efficiency_path("hopper").read_text())
-    assert data["generation"] == generation and data["prior"] is True and data["donor"] == "hopper"
+    donor = yaml.safe_load(serving_efficiency_path(DONOR[generation]).read_text())
+    assert data["generation"] == generation and data["prior"] is True and data["donor"] == DONOR[generation]
     for p in (*PARAMS, "link_bw_fraction"):
-        assert data[p] == hopper[p], p
+        assert data[p] == donor[p], p
     # no row measured it: no errors of its own, no longest fitted prompt
     assert "validation_error_pct" not in data and "fitted_isl_max_tokens" not in data
     assert data["fitted_on"].startswith(f"unfitted prior: no serving measurement of {generation}; ")
-    assert "hopper" in data["fitted_on"]
+    assert DONOR[generation] in data["fitted_on"]
     eff = load_serving_efficiency(generation)
     assert eff.prior is True and eff.generation == generation and eff.validation_error_pct == ()
 
