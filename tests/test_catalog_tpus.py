@@ -1,6 +1,6 @@
-"""TPU v5e, v5p and v6e (Trillium) in the catalog: the numbers read back as Google's Cloud TPU
-system architecture pages state them (cloud.google.com/tpu/docs/v5e, v5p, v6e; the v6e DCN from
-the TPU7x page's comparison table), a roofline value derived by hand from the code's own formula,
+"""TPU v5e, v5p, v6e (Trillium) and TPU7x (Ironwood) in the catalog: the numbers read back as
+Google's Cloud TPU system architecture pages state them (cloud.google.com/tpu/docs/v5e, v5p, v6e,
+tpu7x; the v6e DCN from the TPU7x page's comparison table), a roofline value derived by hand from the code's own formula,
 and the unfitted-prior marking the chips inherit from the tpu-v4 efficiency model they share."""
 import json
 
@@ -15,17 +15,19 @@ from paraplan.cli import main
 GIB = 2**30
 
 
-@pytest.mark.parametrize("name, bf16_tflops, hbm_gib, hbm_tb_per_s", [
-    ("tpu-v5e", 197, 16, 0.819),
-    ("tpu-v5p", 459, 95, 2.765),
-    ("tpu-v6e", 918, 32, 1.638),
+@pytest.mark.parametrize("name, peaks_tflops, hbm_gib, hbm_tb_per_s", [
+    ("tpu-v5e", {"bf16": 197}, 16, 0.819),
+    ("tpu-v5p", {"bf16": 459}, 95, 2.765),
+    ("tpu-v6e", {"bf16": 918}, 32, 1.638),
+    ("tpu7x", {"bf16": 2307, "fp8": 4614}, 192, 7.38),
 ])
-def test_peaks_and_memory_read_back_as_the_cloud_tpu_pages_state_them(name, bf16_tflops, hbm_gib, hbm_tb_per_s):
+def test_peaks_and_memory_read_back_as_the_cloud_tpu_pages_state_them(name, peaks_tflops, hbm_gib, hbm_tb_per_s):
     gpu = load_gpu(name)
     assert gpu.vendor == "google"
-    # bf16 only: int8 has no dtype here, and v5p / v6e list FP8 at the bf16 rate (see the files)
-    assert set(gpu.peak_flops_per_s) == {"bf16"}
-    assert gpu.peak_flops("bf16") == pytest.approx(bf16_tflops * 1e12, rel=1e-12)
+    # int8 has no dtype here, and v5p / v6e list FP8 at the bf16 rate (see the files): TPU7x alone has fp8
+    assert set(gpu.peak_flops_per_s) == set(peaks_tflops)
+    for dtype, tflops in peaks_tflops.items():
+        assert gpu.peak_flops(dtype) == pytest.approx(tflops * 1e12, rel=1e-12)
     assert gpu.hbm_bytes == hbm_gib * GIB
     assert gpu.hbm_bw_bytes_per_s == pytest.approx(hbm_tb_per_s * 1e12, rel=1e-12)
     assert gpu.sm_count is None          # no SMs: GEMMs take the smooth shape factor
@@ -35,6 +37,7 @@ def test_peaks_and_memory_read_back_as_the_cloud_tpu_pages_state_them(name, bf16
     ("tpu-v5e", 400, 51.2, 256),
     ("tpu-v5p", 1200, None, None),        # the v5p page gives no pod all-reduce bandwidth
     ("tpu-v6e", 800, 102.4, 256),
+    ("tpu7x", 1200, None, None),          # nor does the TPU7x page
 ])
 def test_ici_is_half_the_bidirectional_figure_and_the_pod_all_reduce_bandwidth_per_chip(
         name, ici_bidir_gb_per_s, pod_allreduce_tb_per_s, pod_chips):
@@ -49,6 +52,7 @@ def test_ici_is_half_the_bidirectional_figure_and_the_pod_all_reduce_bandwidth_p
     ("tpu-v5e-pod", 256, 8, 25),      # 2 x 100 Gbps NICs per 8-chip host; 6.4 Tbps / 256 chips
     ("tpu-v5p-pod", 6144, 4, 50),     # largest v5p slice 16x16x24 (pod 8960); 50 Gbps DCN per chip
     ("tpu-v6e-pod", 256, 8, 100),
+    ("tpu7x-pod", 9216, 4, 100),      # the 9216-chip pod as one ICI domain (no slice limit published)
 ])
 def test_pod_presets_state_the_ici_domain_hosts_and_dcn(cluster, chips, per_host, dcn_gbit_per_chip):
     c = load_cluster(cluster)
@@ -79,7 +83,7 @@ def test_a_large_bf16_gemm_on_v6e_is_two_mnk_over_peak_plateau_and_smooth_shape_
     assert slow / expected == pytest.approx(918 / 197, rel=1e-12)
 
 
-@pytest.mark.parametrize("cluster", ["tpu-v5e-pod", "tpu-v5p-pod", "tpu-v6e-pod"])
+@pytest.mark.parametrize("cluster", ["tpu-v5e-pod", "tpu-v5p-pod", "tpu-v6e-pod", "tpu7x-pod"])
 def test_the_new_tpus_rest_on_tpu_v4s_unfitted_prior_and_say_so(cluster):
     c = load_cluster(cluster)
     # were tpu-v4 ever fitted (on v4 rows), these chips must get a key of their own: this fails then
