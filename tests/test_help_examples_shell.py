@@ -42,3 +42,18 @@ def test_every_help_example_parses_as_a_shell_line():
     for where, line in _examples(main, ["paraplan"]):
         parsed = subprocess.run(["bash", "-n", "-c", line], capture_output=True, text=True)
         assert parsed.returncode == 0, (where, line, parsed.stderr)
+
+
+def test_the_plot_scaling_example_draws_only_plans_that_fit(tmp_path):
+    """The scaling figure's help example ran Llama-3-70B at tp 8, pp 4, ZeRO-1 without sequence
+    parallelism or recomputation: 3 of its 4 GPU counts (64-256) did not fit in 80 GB, so the
+    figure a user copied from the help was mostly unfit points. With sequence parallelism and
+    selective recomputation all four fit (50.1 / 43.5 / 40.1 / 38.5 GiB a GPU on 64-512 H100)."""
+    from click.testing import CliRunner
+    line = next(ex for where, ex in _examples(main, ["paraplan"]) if ex.startswith("paraplan plot scaling"))
+    args = line.split()[1:]
+    args[args.index("-o") + 1] = str(tmp_path / "scaling.png")
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert "(scaling, 4 rows)" in res.output and "fit" not in res.output
+    assert (tmp_path / "scaling.png").stat().st_size > 0

@@ -151,8 +151,8 @@ def command(kind: str, field: str | None, values: str | None, best: bool, title:
       paraplan plot breakdown -m llama3-70b -c dgx-h100 -n 256 --tp 8 --pp 4 --zero 1 \\
           --sequence-parallel --recompute selective --global-batch 512 --field pp --values 1,2,4,8 -o pp.png
       paraplan plot roofline -m llama3-70b -c dgx-h100 --tp 8 -o roofline.png
-      paraplan plot scaling -m llama3-70b -c dgx-h100 --tp 8 --pp 4 --zero 1 --global-batch 512 \\
-          --values 64,128,256,512 -o scaling.png
+      paraplan plot scaling -m llama3-70b -c dgx-h100 --tp 8 --pp 4 --zero 1 --sequence-parallel \\
+          --recompute selective --global-batch 512 --values 64,128,256,512 -o scaling.png
       paraplan plot bandwidth -m llama3.1-405b -c dgx-h100 -n 1024 --tp 8 --pp 8 --zero 1 \\
           --recompute full --sequence-parallel --global-batch-tokens 16777216 -o network.png
     """
