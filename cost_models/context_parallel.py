@@ -111,10 +111,10 @@ def ring_step_time_s(step_bytes, ring_size, stride, cluster: ClusterSpec, eff: E
     """One ring step's send/recv, seconds: every hop runs at once, so the slowest sets it.
 
     Over the NIC when the ring spans more than one NVLink domain, else over NVLink (one peer's
-    links on a full mesh: each hop is a send to one neighbour).
+    links on a full mesh, one link on a torus: each hop is a send to one neighbour).
     """
     _, n_inter = group_span(ring_size, stride, cluster.gpus_per_node)
-    bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff, 2.0)
+    bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff, 2.0, stride)
     kind = eff.collective_fraction("p2p")
     t = np.where(n_inter > 1, p2p_time_s(step_bytes, kind * bw_o, lat_o), p2p_time_s(step_bytes, kind * bw_i, lat_i))
     return np.where(_f(ring_size) > 1, t, 0.0)

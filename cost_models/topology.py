@@ -104,13 +104,15 @@ def groups_tile_node(gpus_per_node, world, tp, cp, dp, ep=1, etp=1, zero_shard_g
     return ok
 
 
-def tier_bandwidths(cluster: ClusterSpec, eff: EfficiencyModel, n_intra=None):
+def tier_bandwidths(cluster: ClusterSpec, eff: EfficiencyModel, n_intra=None, stride=1.0):
     """Achieved (bw_intra, lat_intra, bw_inter, lat_inter) in bytes/s and seconds.
 
-    ``n_intra``: the group's members inside one scale-up domain (numpy-friendly); on a full-mesh
-    scale-up tier they reach each other over ``n_intra - 1`` peers' links only
+    ``n_intra``: the group's members inside one scale-up domain, ``stride`` ranks apart
+    (numpy-friendly); on a full-mesh scale-up tier they reach each other over ``n_intra - 1``
+    peers' links only, on a torus (TPU ICI) over the links of the axes they span
     (``NetworkTier.group_bw_bytes_per_s``). None = the whole domain (the tier's per-GPU bandwidth)."""
-    link = cluster.scaleup.bw_bytes_per_s if n_intra is None else cluster.scaleup.group_bw_bytes_per_s(n_intra)
+    link = (cluster.scaleup.bw_bytes_per_s if n_intra is None
+            else cluster.scaleup.group_bw_bytes_per_s(n_intra, stride))
     bw_intra = link * eff.scaleup_fraction
     bw_inter = cluster.scaleout.bw_bytes_per_s * eff.scaleout_fraction / cluster.oversubscription
     return bw_intra, cluster.scaleup.latency_s, bw_inter, cluster.scaleout.latency_s
@@ -204,7 +206,7 @@ def _group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: Clu
                              eff: EfficiencyModel, algorithm: str = "auto"):
     """``group_collective_time_s`` computed on every element."""
     n_intra, n_inter = group_span(group_size, stride, cluster.gpus_per_node)
-    bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff, n_intra)
+    bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff, n_intra, stride)
     kind_fraction = eff.collective_fraction(kind)
     bw_i, bw_o = bw_i * kind_fraction, bw_o * kind_fraction
     if kind == "all_to_all":
@@ -333,7 +335,7 @@ def group_forwarded_all_to_all_time_s(intra_bytes, inter_bytes, group_size, stri
     """A forwarding all-to-all (``collectives.forwarded_all_to_all_time_s``) over a group placed
     by (size, stride) on ``cluster``, given each GPU's NVLink and NIC volumes in bytes; seconds."""
     n_intra, n_inter = group_span(group_size, stride, cluster.gpus_per_node)
-    bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff, n_intra)
+    bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff, n_intra, stride)
     kind_fraction = eff.collective_fraction("all_to_all")
     t = coll.forwarded_all_to_all_time_s(intra_bytes, inter_bytes, group_size, n_inter, bw_i * kind_fraction,
                                          lat_i, bw_o * kind_fraction, lat_o)
@@ -361,8 +363,9 @@ def p2p_stage_time_s(bytes_, stride, stages, cluster: ClusterSpec, eff: Efficien
     The stages' sends run together, so the slowest boundary sets the time: NVLink only when all
     ``stages`` x ``stride`` ranks share one node; a stride below a node whose stages still span
     several nodes crosses the NIC at some boundary (tp 4, pp 4 on two 8-GPU nodes: stage 1 -> 2).
-    A send inside a domain is a group of two: one peer's links on a full mesh."""
-    bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff, 2.0)
+    A send inside a domain is a group of two: one peer's links on a full mesh, one link on a
+    torus (the neighbouring stage's chip is ``stride`` ranks along the torus)."""
+    bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff, 2.0, stride)
     bw_i, bw_o = bw_i * eff.collective_fraction("p2p"), bw_o * eff.collective_fraction("p2p")
     inside = np.asarray(stride) * np.asarray(stages) <= cluster.gpus_per_node
     return np.where(inside, coll.p2p_time_s(bytes_, bw_i, lat_i), coll.p2p_time_s(bytes_, bw_o, lat_o))

@@ -20,7 +20,8 @@ below them, default 1).
 Cluster file keys: name, description, gpu (a catalog name, or an inline GPU mapping),
 efficiency (optional inline efficiency mapping, as ``paraplan calibrate`` writes), gpus_per_node, scaleup {kind, bw_gb_per_s,
 latency_us, and on a full mesh with no switch mesh_peer_bw_gb_per_s: one peer's links, one
-direction} (optional: defaults to the GPU's link), scaleout {kind, bw_gbit_per_s or
+direction, or on a torus of direct links (TPU ICI) torus_dims: the domain's shape, first axis
+fastest, and links_per_chip: two per axis} (optional: defaults to the GPU's link), scaleout {kind, bw_gbit_per_s or
 bw_gb_per_s, latency_us, and optionally communicator_busbw_gb_per_s: the most bus bandwidth one
 NCCL communicator was measured to reach across nodes, where the fabric's collectives fall short
 of its links}, rail_optimized, oversubscription, max_gpus, source, and optionally host
@@ -125,7 +126,7 @@ GPU_KEYS = ("name", "vendor", "generation", "peak_tflops", "hbm_gib", "hbm_gb", 
 CLUSTER_KEYS = ("name", "gpu", "efficiency", "gpus_per_node", "scaleup", "scaleout", "max_gpus", "rail_optimized",
                 "oversubscription", "source", "description", "host", "gpus_per_host")
 TIER_KEYS = ("kind", "bw_gbit_per_s", "bw_gb_per_s", "latency_us", "communicator_busbw_gb_per_s",
-             "mesh_peer_bw_gb_per_s", "source")
+             "mesh_peer_bw_gb_per_s", "torus_dims", "links_per_chip", "source")
 POOLED_KEYS = ("name", "pools", "links", "description", "source")
 LINK_KEYS = ("between", "bw_gbit_per_s", "bw_gb_per_s", "latency_us", "kind")
 
@@ -252,16 +253,25 @@ def _tier_from_dict(data: Any, where: str, default_kind: str) -> NetworkTier:
     peer = _number_in_file_unit(data, "mesh_peer_bw_gb_per_s", where, None, 1e9,
                         "on a full mesh with no switch, one peer's links in GB/s one direction; "
                         "leave the key out for a switch")
+    dims = data.get("torus_dims")
+    if dims is not None:
+        if not isinstance(dims, list):
+            raise InputError(f"{where}.torus_dims", f"{dims!r} is not a list", "give the torus shape, e.g. [16, 16, 16]")
+        dims = tuple(dims)
     try:
         return NetworkTier(kind=_network_kind(data, where, default_kind), bw_bytes_per_s=bw,
                            latency_s=latency * 1e-6,
                            communicator_bus_bw_bytes_per_s=None if busbw is None else busbw * 1e9,
-                           mesh_peer_bw_bytes_per_s=None if peer is None else peer * 1e9)
+                           mesh_peer_bw_bytes_per_s=None if peer is None else peer * 1e9,
+                           torus_dims=dims, links_per_chip=data.get("links_per_chip"))
     except InputError as err:
         # NetworkTier's own rules (a peer's links above the tier's) name its SI field: name the
         # file's key instead (its message already speaks GB/s)
         if err.field.endswith(".mesh_peer_bw_bytes_per_s"):
             raise InputError(f"{where}.mesh_peer_bw_gb_per_s", err.message, err.fix) from None
+        for key in ("torus_dims", "links_per_chip"):
+            if err.field.endswith(f".{key}"):
+                raise InputError(f"{where}.{key}", err.message, err.fix) from None
         raise
 
 

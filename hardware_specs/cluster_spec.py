@@ -9,6 +9,7 @@ import numpy as np
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, require_plausible, require_positive
 from hardware_specs.gpu_spec import MAX_CLUSTER_GPUS, MAX_RATE_PER_S, MIN_RATE_PER_S, GPUSpec
+from hardware_specs.torus import torus_ring_links, torus_slice_dims
 
 #: plausibility bounds (``require_plausible``): a link slower than 1 kB/s or a message latency
 #: over 10 s, host memory over 1 EiB, a taper over 1000 are typos or unit slips, not machines
@@ -62,6 +63,14 @@ class NetworkTier:
             one peer, one direction, bytes/s. A group of k members of one domain then reaches its
             peers over k - 1 of those links only (``group_bw_bytes_per_s``). None = switched
             (NVSwitch): every group gets ``bw_bytes_per_s``.
+        torus_dims: set only for a scale-up tier that is a torus of direct chip-to-chip links
+            (TPU ICI): the shape of one domain, the first axis fastest, e.g. ``(16, 16, 16)`` for
+            a TPU v4 pod; its product is the cluster's ``gpus_per_node``. A group then runs on the
+            links its compact placement spans (``group_bw_bytes_per_s``,
+            ``hardware_specs.torus.torus_ring_links``). None = switched or full mesh.
+        links_per_chip: with ``torus_dims``: the chip's links, two per axis (6 on TPU v4's 3D
+            torus, 4 on v5e's 2D one); ``bw_bytes_per_s`` is all of them together, so one link
+            carries ``bw_bytes_per_s / links_per_chip`` one way.
     """
 
     kind: str
@@ -69,8 +78,11 @@ class NetworkTier:
     latency_s: float
     communicator_bus_bw_bytes_per_s: float | None = None
     mesh_peer_bw_bytes_per_s: float | None = None
+    torus_dims: tuple | None = None
+    links_per_chip: int | None = None
 
     def __post_init__(self) -> None:
+        self._check_torus()
         require_plausible(f"network.{self.kind}.bw_bytes_per_s", self.bw_bytes_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
         require_plausible(f"network.{self.kind}.latency_s", self.latency_s, high=MAX_LATENCY_S, allow_zero=True)
         if self.communicator_bus_bw_bytes_per_s is not None:
@@ -85,12 +97,38 @@ class NetworkTier:
                                  f"{self.bw_bytes_per_s / 1e9:g} GB/s per GPU",
                                  "give one peer's share of the GPU's links")
 
-    def group_bw_bytes_per_s(self, members):
+    def _check_torus(self) -> None:
+        where = f"network.{self.kind}"
+        if (self.torus_dims is None) != (self.links_per_chip is None):
+            missing = "links_per_chip" if self.links_per_chip is None else "torus_dims"
+            raise InputError(f"{where}.{missing}", "missing", "a torus tier states both torus_dims and links_per_chip")
+        if self.torus_dims is None:
+            return
+        dims = self.torus_dims
+        if (not isinstance(dims, tuple) or not 1 <= len(dims) <= 3
+                or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 1 for d in dims)):
+            raise InputError(f"{where}.torus_dims", f"{dims!r} is not a list of 1 to 3 positive integers",
+                             "give the torus shape, e.g. [16, 16, 16]")
+        if self.mesh_peer_bw_bytes_per_s is not None:
+            raise InputError(f"{where}.torus_dims", "given with mesh_peer_bw_gb_per_s",
+                             "a tier is a torus or a full mesh: keep one")
+        if self.links_per_chip != 2 * len(dims):
+            raise InputError(f"{where}.links_per_chip", f"{self.links_per_chip!r} is not 2 x the torus' "
+                             f"{len(dims)} axes", f"a torus chip has one link to each neighbour: {2 * len(dims)}")
+
+    def group_bw_bytes_per_s(self, members, stride=1.0):
         """Bandwidth one GPU reaches, one direction, bytes/s, in a group of ``members`` GPUs of
-        one domain that exchange among themselves (ring, all-to-all, a send to a neighbour is a
-        group of 2), numpy-friendly: ``bw_bytes_per_s`` on a switch; on a full mesh only the
-        links to the k - 1 peers carry the group's traffic, ``min(bw, (k - 1) x peer)``
-        (MI300X TP 2: one 64 GB/s xGMI link, not the 448 GB/s of all seven)."""
+        one domain, ``stride`` ranks apart, that exchange among themselves (ring, all-to-all, a
+        send to a neighbour is a group of 2), numpy-friendly: ``bw_bytes_per_s`` on a switch; on
+        a full mesh only the links to the k - 1 peers carry the group's traffic,
+        ``min(bw, (k - 1) x peer)`` (MI300X TP 2: one 64 GB/s xGMI link, not the 448 GB/s of all
+        seven); on a torus one link's rate times the links the group's compact placement runs on
+        (``hardware_specs.torus.torus_ring_links``: TPU v4, a tensor-parallel group of 4 along
+        one axis, 2 of 6 links, 269 / 6 x 2 = 89.7 GB/s). ``stride`` matters only on a torus."""
+        if self.torus_dims is not None:
+            links = torus_ring_links(members, stride, self.torus_dims)
+            # a group of one has no peer: nothing to carry (the full rate, as a switch gives it)
+            return np.where(links > 0.0, links * (self.bw_bytes_per_s / self.links_per_chip), self.bw_bytes_per_s)
         if self.mesh_peer_bw_bytes_per_s is None:
             # the link's rate in the members' shape: a float64 scalar for a scalar, else a new array
             shape = np.shape(members)
@@ -205,6 +243,11 @@ class ClusterSpec:
         require_plausible(f"{where}.oversubscription", self.oversubscription, high=MAX_OVERSUBSCRIPTION)
         if self.oversubscription < 1.0:
             raise InputError(f"{where}.oversubscription", "must be >= 1 (1 = full bisection)")
+        dims = self.scaleup.torus_dims
+        if dims is not None and int(np.prod(dims)) != self.gpus_per_node:
+            raise InputError(f"{where}.scaleup.torus_dims", f"{' x '.join(map(str, dims))} = {int(np.prod(dims))} "
+                             f"chips, not gpus_per_node {self.gpus_per_node}",
+                             "give the shape of one scale-up domain (its chips multiply to gpus_per_node)")
         if self.max_gpus is not None:
             require_positive(f"{where}.max_gpus", self.max_gpus)
             if int(self.max_gpus) != self.max_gpus:
@@ -214,6 +257,16 @@ class ClusterSpec:
     def launch_gpus_per_host(self) -> int:
         """GPUs per host for a launch (``torchrun --nproc-per-node``)."""
         return int(self.gpus_per_host or self.gpus_per_node)
+
+    def with_domain_size(self, gpus_per_node: int, **changes) -> "ClusterSpec":
+        """The same cluster with scale-up domains of ``gpus_per_node`` GPUs (and ``changes``, as
+        ``dataclasses.replace`` takes them); a torus tier keeps a torus of that many chips cut from
+        its shape (``hardware_specs.torus.torus_slice_dims``: 16 x 16 x 16 -> 16 x 16 x 12)."""
+        from dataclasses import replace
+        scaleup = changes.pop("scaleup", self.scaleup)
+        if scaleup.torus_dims is not None:
+            scaleup = replace(scaleup, torus_dims=torus_slice_dims(scaleup.torus_dims, gpus_per_node))
+        return replace(self, gpus_per_node=gpus_per_node, scaleup=scaleup, **changes)
 
     def with_gpu(self, gpu: GPUSpec) -> "ClusterSpec":
         """The same fabric with another accelerator (for what-if studies)."""

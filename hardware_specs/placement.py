@@ -39,7 +39,8 @@ def placed_cluster(cluster, n_gpus: int):
     from dataclasses import replace
     if cluster.scaleup.kind == "ici":
         slice_chips = tpu_slice_chips(n_gpus, cluster.gpus_per_node)
-        return cluster if slice_chips == cluster.gpus_per_node else replace(cluster, gpus_per_node=slice_chips)
+        # a slice is a torus of its own, cut from the pod's shape (16 x 16 x 16 -> 16 x 16 x 12)
+        return cluster if slice_chips == cluster.gpus_per_node else cluster.with_domain_size(slice_chips)
     if cluster.scaleup.kind != "nvlink":
         return cluster
     per_domain = segment_gpus(n_gpus, cluster.launch_gpus_per_host, cluster.gpus_per_node)

@@ -29,7 +29,8 @@ SHOWN = {
                "uplink_bw_bytes_per_s": ("uplink_bw_gb_per_s", 1e9), "gpus_per_uplink": ("gpus_per_uplink", None)},
     NetworkTier: {"bw_bytes_per_s": ("bw_gb_per_s", 1e9), "latency_s": ("latency_us", 1e-6),
                   "communicator_bus_bw_bytes_per_s": ("communicator_busbw_gb_per_s", 1e9),
-                  "mesh_peer_bw_bytes_per_s": ("mesh_peer_bw_gb_per_s", 1e9)},
+                  "mesh_peer_bw_bytes_per_s": ("mesh_peer_bw_gb_per_s", 1e9),
+                  "torus_dims": ("torus_dims", None), "links_per_chip": ("links_per_chip", None)},
 }
 # blocks shown on their own (ClusterSpec.efficiency: the efficiency section of `show`)
 NESTED = {ClusterSpec: {"gpu": "gpu", "scaleup": "scaleup", "scaleout": "scaleout", "host": "host",
@@ -103,3 +104,13 @@ def test_a_full_mesh_tier_shows_its_peer_links_in_json_and_text():
     text = CliRunner().invoke(main, ["hardware", "show", "mi300x-node"]).output
     line = next(l for l in text.splitlines() if "mesh_peer_bw_gb_per_s" in l)
     assert "64 GB/s to each peer" in line
+
+
+def test_a_torus_tier_shows_its_shape_and_links_in_json_and_text():
+    c = load_cluster("tpu-v4-pod")
+    d = json.loads(CliRunner().invoke(main, ["hardware", "show", "tpu-v4-pod", "--json"]).output)
+    _check(c.scaleup, d["scaleup"])
+    assert d["scaleup"]["torus_dims"] == [16, 16, 16] and d["scaleup"]["links_per_chip"] == 6
+    assert "torus_dims" not in d["scaleout"]
+    text = CliRunner().invoke(main, ["hardware", "show", "tpu-v4-pod"]).output
+    assert "torus 16 x 16 x 16, 6 links a chip of 44.8 GB/s one way" in text

@@ -52,6 +52,8 @@ def _option(args: list[str], name: str):
     ("llama3-70b", "hgx-h200", 64, 64, ["--fix", "cp_kind=hybrid", "--fix", "cp=4", "--seq-len", "32768"]),
     # TPU v4 under MaxText
     ("gpt3-1.3b", "tpu-v4-pod", 64, 128, ["--stack", "maxtext"]),
+    # TPU v5e's 2D torus: every group on the links of the axes it spans, tp and dp free
+    ("llama3-8b", "tpu-v5e-pod", 64, 128, ["--stack", "maxtext"]),
     # V100 in fp16 under DeepSpeed 2021, ZeRO-3 fixed
     ("gpt3-1.3b", "dgx2-v100", 32, 64, ["--stack", "deepspeed-2021", "--fix", "zero=3"]),
     # activation offload over NVLink-C2C (every top row offloads: off79, off73)

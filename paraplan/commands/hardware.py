@@ -84,6 +84,9 @@ def _tier(t: NetworkTier) -> dict:
         out["communicator_busbw_gb_per_s"] = _r(t.communicator_bus_bw_bytes_per_s / 1e9, 3)
     if t.mesh_peer_bw_bytes_per_s is not None:
         out["mesh_peer_bw_gb_per_s"] = _r(t.mesh_peer_bw_bytes_per_s / 1e9, 3)
+    if t.torus_dims is not None:
+        out["torus_dims"] = list(t.torus_dims)
+        out["links_per_chip"] = t.links_per_chip
     return out
 
 
@@ -376,6 +379,10 @@ def show_cmd(name: str, as_json: bool) -> None:
             if "mesh_peer_bw_gb_per_s" in t:
                 lines.append(f"  {'':16}  full mesh, no switch: {t['mesh_peer_bw_gb_per_s']:g} GB/s to each peer "
                              "one direction (mesh_peer_bw_gb_per_s)")
+            if "torus_dims" in t:
+                lines.append(f"  {'':16}  torus {' x '.join(map(str, t['torus_dims']))}, {t['links_per_chip']} links a chip "
+                             f"of {t['bw_gb_per_s'] / t['links_per_chip']:.3g} GB/s one way: a group runs on the links "
+                             "of the axes it spans (torus_dims, links_per_chip)")
         lines += _kv_lines({k: d[k] for k in ("gpus_per_node", "gpus_per_host", "rail_optimized",
                                                "oversubscription", "max_gpus", "source")})
         if d["host"] is None:

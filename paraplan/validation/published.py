@@ -395,8 +395,8 @@ def _row_cluster(gpu: str, gpus_per_node, scaleout_gbps_per_gpu, system) -> Clus
             # the row's own links: a communicator bandwidth measured on the preset's goes
             out = replace(out, bw_bytes_per_s=scaleout_gbps_per_gpu * 1e9 / 8, communicator_bus_bw_bytes_per_s=None)
         per_node = int(gpus_per_node) if gpus_per_node is not None else base.gpus_per_node
-        cluster = replace(base, name=f"{base.name}[{per_node}/node,{out.bw_bytes_per_s * 8 / 1e9:g}Gb/s]",
-                          gpus_per_node=per_node, scaleout=out)
+        cluster = base.with_domain_size(per_node, name=f"{base.name}[{per_node}/node,{out.bw_bytes_per_s * 8 / 1e9:g}Gb/s]",
+                                        scaleout=out)
     return cluster
 
 
