@@ -34,8 +34,9 @@ def test_only_nvidia_generations_run_nccl_protocols():
     cluster = load_cluster("tpu-v4-pod")
     eff = EfficiencyModel("tpu-v4", {"bf16": 0.8}, scaleup_fraction=1.0)
     t = float(group_collective_time_s("all_reduce", 1e6, 8, 1, cluster, eff))
-    assert t == pytest.approx(float(coll.ring_allreduce_time_s(1e6, 8, cluster.scaleup.bw_bytes_per_s,
-                                                               cluster.scaleup.latency_s)))
+    # tp 8 along one axis of the 16 x 16 x 16 torus: 2 of the chip's 6 links (tests/test_torus_links.py)
+    two_links = 2 * cluster.scaleup.bw_bytes_per_s / 6
+    assert t == pytest.approx(float(coll.ring_allreduce_time_s(1e6, 8, two_links, cluster.scaleup.latency_s)))
 
 
 def test_one_mib_all_reduce_on_eight_a100_runs_ll():
