@@ -62,6 +62,7 @@ EXTRA_MEANING = {
     "wait_behind_s": ("wait_behind_ms", "TTFT spent behind the other clients' prompts (arriving in waves, or queued)"),
     "queue_wait_s": ("queue_wait_ms", "TTFT spent queued: for a prefill worker (disaggregated, waves included) or for "
                                       "a free KV-cache slot (aggregated)"),
+    "request_host_s": ("request_host_ms", "the request's host time outside the engine's steps (the rest of TTFT)"),
 }
 _PLAN_COLUMNS = ("mode", "layout", "prefill_layout", "decode_layout", "batch", "prefill_batch", "workers",
                  "prefill_workers", "decode_workers", "gpus_used", "concurrency", "ttft_ms", "ttft_p90_ms", "tpot_ms",

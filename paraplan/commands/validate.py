@@ -413,7 +413,7 @@ _SERVING_PARTS = {
             "tokens_per_s_per_gpu", "tokens_per_s_per_user"),
     "disagg": ("ttft_s", "ttft_p90_s", "tpot_s", "decode_step_s", "decode_mlp_s", "decode_attention_s",
                "decode_elementwise_s", "decode_lm_head_s", "decode_comm_s", "decode_host_s", "decode_kernel_fixed_s",
-               "decode_draft_s", "prefill_step_s", "prefill_own_s", "kv_transfer_s", "queue_wait_s",
+               "decode_draft_s", "prefill_step_s", "prefill_own_s", "kv_transfer_s", "queue_wait_s", "request_host_s",
                "prefill_utilization_fraction", "decoding_per_rank", "max_batch_per_rank", "tokens_per_s_per_gpu",
                "tokens_per_s_per_user"),
 }

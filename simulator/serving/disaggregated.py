@@ -449,6 +449,8 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
         "prefill_step_s": pre_full, "prefill_own_s": own + 0.0 * ttft, "decode_step_s": parts["step_s"] + 0.0 * ttft,
         "tokens_per_step": ctx.tokens_per_step_within(gen) + 0.0 * ttft, "kv_transfer_s": t_kv,
         "prefill_utilization_fraction": x / capacity, "queue_wait_s": queue_wait, "gpus": gpus,
+        # TTFT's last part, so the parts shown (host + own + KV move + queue) add up to it
+        "request_host_s": host + 0.0 * ttft,
         "decoding_per_rank": running + 0.0 * ttft, "fits": dec["fits"] & pre["fits"],
     }
     for part in STEP_PARTS:        # the parts of the step as priced, at the requests decoding

@@ -217,7 +217,7 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
         out = evaluate_disagg_columns(ctx, cols)
         batch_lay, field_name = dep.decode, "--decode-batch"
         extra_keys = ("prefill_own_s", "prefill_step_s", "kv_transfer_s", "prefill_utilization_fraction",
-                      "queue_wait_s")
+                      "queue_wait_s", "request_host_s")
         if out["prefill_max_batch_per_rank"][0] < dep.prefill.batch:
             _refuse_prefill_batch(ctx, dep)
     n_fit = float(out["max_batch_per_rank"][0])
