@@ -45,3 +45,22 @@ def test_explain_of_a_disaggregated_row_shows_the_request_host_time():
     assert parts["request_host_s"] == pytest.approx(host, rel=1e-12)
     total = parts["request_host_s"] + parts["prefill_own_s"] + parts["kv_transfer_s"] + parts["queue_wait_s"]
     assert total == pytest.approx(parts["ttft_s"], rel=1e-9)
+
+
+PAIR = ["serve", "simulate", "-m", "deepseek-r1", "-s", "dgx-h100", "--mode", "disagg", "--prefill-tp", "2",
+        "--prefill-pp", "5", "--decode-tp", "2", "--decode-pp", "5", "--decode-batch", "4"]
+
+
+def test_a_pair_of_workers_larger_than_a_domain_says_the_gpus_it_is_held_on():
+    # two workers of 10 GPUs on 8-GPU NVLink domains: the prefill one on domains 0-1 (8 + 2), so the
+    # decode one starts at the third domain's first GPU, 16 + 10 = 26 GPUs; 20 (their own, which
+    # --help called the default) is refused, 26 prices what the default prices
+    assert "--gpus" in run(*PAIR, "--gpus", 20).output and run(*PAIR, "--gpus", 20).exit_code == 2
+    assert run(*PAIR, "--gpus", 25).exit_code == 2
+    default, given = (json.loads(run(*PAIR, *extra, "--json").stdout) for extra in ((), ("--gpus", 26)))
+    assert default["gpus"] == given["gpus"] == 20
+    assert default["ttft_ms"] == given["ttft_ms"] and default["tokens_per_s_per_gpu"] == given["tokens_per_s_per_gpu"]
+    load = next(ln for ln in run(*PAIR).stdout.splitlines() if ln.startswith("load"))
+    assert "on 20 GPUs (held on 26, 6 idle" in load
+    helptext = " ".join(run("serve", "simulate", "--help").stdout.split())
+    assert "the fewest on which the workers sit whole" in helptext

@@ -322,10 +322,14 @@ def render_simulation(report) -> str:
         lines.append(f"layout   disaggregated: {d.prefill_workers} x prefill {label(d.prefill)} "
                      f"({prompts_per_step(d.prefill.batch)}) + {d.decode_workers} x decode {label(d.decode)} "
                      f"({_requests(d.decode.batch)} per rank)")
+    from simulator.serving.deployment import default_gpus, placement_note
+    # without --gpus a worker larger than an NVLink domain is given the fewest GPUs on which the
+    # workers sit whole (default_gpus), which can exceed their own: say so, as for --gpus
+    held = d.gpus_given if d.gpus_given is not None else default_gpus(d, int(ctx.cluster.gpus_per_node))
     lines.append(f"load     isl {d.isl} / osl {d.osl} tokens, {_requests(d.concurrency)} in flight on {_gpus(d.gpus)}"
-                 + (f" (of {d.gpus_given} given, {d.gpus_given - d.gpus} idle)"
-                    if d.gpus_given is not None and d.gpus_given > d.gpus else ""))
-    from simulator.serving.deployment import placement_note
+                 + ((f" (of {held} given, {held - d.gpus} idle)" if d.gpus_given is not None else
+                     f" (held on {held}, {held - d.gpus} idle: its workers sit whole in NVLink domains)")
+                    if held > d.gpus else ""))
     if note := placement_note(d, ctx.cluster):
         lines.append(f"place    {note}")
     if ctx.speculative_tokens:
@@ -396,7 +400,8 @@ def render_simulation(report) -> str:
 @_layout_options("decode-", "disagg decode worker")
 @click.option("--decode-workers", type=POS, default=1, show_default=True, help="disagg: decode workers.")
 @click.option("--gpus", "gpus_given", type=POS, default=None,
-              help="GPUs the deployment is given (default: its workers' own). Workers sit whole in the NVLink "
+              help="GPUs the deployment is given (default: its workers' own, or, where a worker is larger than "
+                   "an NVLink domain, the fewest on which the workers sit whole). Workers sit whole in the NVLink "
                    "domains of these (cost_models/worker_placement.py); the rest stay idle.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report as JSON (times in ms as serve plan's: ttft_ms, tpot_ms, latency_ms; memory in "
