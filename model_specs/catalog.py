@@ -27,7 +27,8 @@ config.json without rope_scaling or with rope_type default rotates unscaled: Lla
 rope_scaling_factor (that scaling's factor; 0 = not stated),
 YaRN's rope_original_max_position_embeddings, rope_beta_fast, rope_beta_slow, rope_mscale,
 rope_mscale_all_dim (config.json rope_scaling keys; 0 = not stated), qkv_bias (false),
-activation (swiglu / gelu by gated_mlp), glu_clamp_limit (0: no clamp), source; optional ``linear_attention:`` mapping with the
+activation (swiglu / gelu by gated_mlp), glu_clamp_limit (0: no clamp), parallel_attention_mlp and
+parallel_shared_norm (false: the sequential block), source; optional ``linear_attention:`` mapping with the
 ``LinearAttentionSpec`` fields (layer_fraction, num_key_heads, key_head_dim, num_value_heads,
 value_head_dim, conv_kernel, state_bytes); optional ``moe:`` mapping with the ``MoESpec`` fields
 (num_experts, top_k, expert_ffn_hidden_size, num_shared_experts, ...) and optional ``mla:``
@@ -61,7 +62,8 @@ _REQUIRED = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab
 _INT_FIELDS = {"num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
                "vocab_size", "seq_len", "head_dim", "sliding_window", "mtp_layers", "max_context_tokens",
                "rope_original_max_position_embeddings", "int4_group_size"}
-_BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "linear_bias", "qkv_bias", "attention_dropout", "hidden_dropout"}
+_BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "linear_bias", "qkv_bias", "attention_dropout", "hidden_dropout",
+                "parallel_attention_mlp", "parallel_shared_norm"}
 _FLOAT_FIELDS = {"sliding_window_layer_fraction", "rotary_fraction", "glu_clamp_limit", "rope_theta",
                  "rope_scaling_factor", "rope_beta_fast", "rope_beta_slow", "rope_mscale", "rope_mscale_all_dim"}
 _STR_FIELDS = {"name", "source", "position_embedding", "normalization", "activation", "hybrid_pattern",

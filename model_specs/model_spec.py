@@ -373,6 +373,27 @@ class ModelSpec:
             ``E`` a MoE block (``moe``); each alone behind a pre-norm, so a layer here is half a
             transformer layer. Empty = every layer attention + MLP/MoE.
         mamba: the ``M`` layers' mixer (``MambaSpec``); required when the pattern has ``M``.
+        parallel_attention_mlp: the "parallel" block y = x + Attention(LN(x)) + MLP(LN(x)) instead
+            of the sequential y = h + MLP(LN(h)), h = x + Attention(LN(x)) (PaLM, Chowdhery et al.
+            2022, arXiv 2204.02311, section 2 "Parallel Layers"; GPT-J; GPT-NeoX / Pythia,
+            config.json ``use_parallel_residual``; Falcon ``parallel_attn`` /
+            ``new_decoder_architecture``; Cohere Command-R; Phi-1/1.5/2). Its effects on the cost
+            (each a count, nothing fitted): the attention output projection and the MLP down
+            projection leave their outputs un-reduced and the sum is reduced once, one
+            tensor-parallel reduction per layer forward instead of two (EleutherAI/gpt-neox
+            megatron/model/transformer.py ``ParallelTransformerLayer``: both row-parallel layers
+            built with ``parallel_output=self.gpt_j_residual`` and ``output = residual +
+            self.reduce(output)``); the column-parallel inputs keep their own collectives
+            (``simulator.layer_times.tp_exposed_per_linear``); both norms read the same x, so
+            it is stored once (``cost_models.memory.activation_terms``); the branches' adds
+            follow that code (``cost_models.layer_costs.parallel_block_elementwise``). The input
+            GEMMs are not fused (PaLM's "can be fused"): no stack file documents a fused
+            QKV + MLP-input GEMM, so each stays its own linear. Dense layers only.
+        parallel_shared_norm: with ``parallel_attention_mlp``, the two branches read one norm's
+            output (PaLM, GPT-J, Falcon-7B, Command-R, Phi); false: each its own norm of the same
+            x (GPT-NeoX-20B and Pythia: ``input_layernorm`` and ``post_attention_layernorm``,
+            transformers GPTNeoXLayer; Falcon's ``new_decoder_architecture``: ``ln_attn`` /
+            ``ln_mlp``). One norm: one norm kernel each way and one stored norm output fewer.
     """
 
     name: str
@@ -416,6 +437,8 @@ class ModelSpec:
     linear_attention: LinearAttentionSpec | None = None
     hybrid_pattern: str = ""
     mamba: MambaSpec | None = None
+    parallel_attention_mlp: bool = False
+    parallel_shared_norm: bool = False
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
@@ -457,11 +480,23 @@ class ModelSpec:
                              "set glu_clamp_limit: 0 or gated_mlp: true")
         self._check_architecture()
         self._check_hybrid()
+        self._check_parallel_block()
         if self.moe is not None and not self.hybrid_pattern and self.moe.first_dense_layers >= self.num_layers:
             # was silently a dense model (no MoE layer), as the Hugging Face import already refuses
             raise InputError("model.moe.first_dense_layers", f"{self.moe.first_dense_layers} dense layers of "
                              f"{self.num_layers} leave no mixture-of-experts layer",
                              f"set first_dense_layers below {self.num_layers}, or drop moe: for a dense model")
+
+    def _check_parallel_block(self) -> None:
+        for name in ("parallel_attention_mlp", "parallel_shared_norm"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"model.{name}", f"must be true or false, got {shown(getattr(self, name))}")
+        if self.parallel_shared_norm and not self.parallel_attention_mlp:
+            raise InputError("model.parallel_shared_norm", "a shared norm needs the parallel block",
+                             "set parallel_attention_mlp: true, or parallel_shared_norm: false")
+        if self.parallel_attention_mlp and (self.moe is not None or self.hybrid_pattern):
+            raise InputError("model.parallel_attention_mlp", "the parallel block is modelled for dense "
+                             "attention + MLP layers only", "drop moe: / hybrid_pattern, or set it false")
 
     def _check_hybrid(self) -> None:
         if not self.hybrid_pattern:
