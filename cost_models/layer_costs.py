@@ -79,6 +79,44 @@ MEGATRON_EAGER_ROPE_BYTES_PER_CHANNEL = (24.0, 20.0)
 MEGATRON_EAGER_ROPE_KERNELS_PER_TENSOR = (12.0, 5.0)
 
 
+#: the parallel block's forward adds (``ModelSpec.parallel_attention_mlp``), in ``hidden``
+#: elements per token: EleutherAI/gpt-neox megatron/model/transformer.py
+#: ``ParallelTransformerLayer.forward`` (``gpt_j_residual``) runs the attention branch's
+#: bias-dropout alone (read 1, write 1, mask 0.5: 2.5; its partial sum cannot take the replicated
+#: residual before the reduction), the MLP branch's bias-dropout-add onto it (3.5) and, after
+#: the one reduction, ``residual + self.reduce(output)`` (read 2, write 1: 3): 9 units in three
+#: kernels, where the sequential block's two bias-dropout-adds are 7 in two.
+PARALLEL_BLOCK_ADD_UNITS = (9.0, 3.0)
+SEQUENTIAL_BLOCK_ADD_UNITS = (7.0, 2.0)
+
+
+def parallel_block_elementwise(model: ModelSpec):
+    """(forward units, backward units, forward kernels, backward kernels) a parallel block
+    (``ModelSpec.parallel_attention_mlp``) adds per layer to the sequential block's memory-bound
+    passes (``REPLICATED_ELEMENTWISE_UNITS`` and its backward), in ``hidden`` elements per token;
+    all zero for a sequential block.
+
+    Forward: the adds (``PARALLEL_BLOCK_ADD_UNITS``: +2 units, +1 kernel) and, with one shared
+    norm (``parallel_shared_norm``), one norm fewer (read + write: -2, -1 kernel). Backward: a
+    shared norm's one backward fewer (-3, -1 kernel). The dropout backwards stay two, and so do
+    the sums of the residual stream's gradients (``RESIDUAL_FORK_UNITS_BWD``): a shared norm's
+    output feeds two GEMMs and x feeds the norm and the residual (one sum each); two norms of the
+    same x make x feed three uses (two sums, PyTorch's ``InputBuffer::add`` pairwise). The
+    residual add and the reduction pass their gradient on untouched."""
+    if not model.parallel_attention_mlp:
+        return 0.0, 0.0, 0.0, 0.0
+    fwd = PARALLEL_BLOCK_ADD_UNITS[0] - SEQUENTIAL_BLOCK_ADD_UNITS[0]
+    kernels = PARALLEL_BLOCK_ADD_UNITS[1] - SEQUENTIAL_BLOCK_ADD_UNITS[1]
+    if model.parallel_shared_norm:
+        return fwd - 2.0, -3.0, kernels - 1.0, -1.0
+    return fwd, 0.0, kernels, 0.0
+
+
+def norms_per_layer(model: ModelSpec) -> float:
+    """Norms one layer runs: two, one for a parallel block with a shared norm."""
+    return 1.0 if model.parallel_shared_norm else 2.0
+
+
 def activation_units(model: ModelSpec, unfused=False):
     """(forward units, backward units, forward kernels beyond one, backward kernels beyond one)
     of the MLP activation in units of ``ffn`` elements: ``ACTIVATION_UNITS``, or for a gated
@@ -499,10 +537,17 @@ def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=N
     act_fwd, act_bwd, extra_fwd, extra_bwd = activation_units(model, unfused_ops)
     split = np.where(sp, tp, 1.0)
     replicated = model.hidden_size / split
-    elem_fwd = memory_bound_time_s(tokens * rates.act_bytes * (act_fwd * ffn / tp + replicated * REPLICATED_ELEMENTWISE_UNITS / 2),
-                                   rates, ELEMENTWISE_KERNELS_FWD / 2 + extra_fwd)
-    elem_bwd = memory_bound_time_s(tokens * rates.act_bytes * (act_bwd * ffn / tp + replicated * REPLICATED_ELEMENTWISE_UNITS_BWD / 2),
-                                   rates, ELEMENTWISE_KERNELS_FWD / 2 + RESIDUAL_FORK_KERNELS_BWD + extra_bwd)
+    units_fwd, units_bwd = REPLICATED_ELEMENTWISE_UNITS / 2, REPLICATED_ELEMENTWISE_UNITS_BWD / 2
+    kernels_fwd, kernels_bwd = ELEMENTWISE_KERNELS_FWD / 2, ELEMENTWISE_KERNELS_FWD / 2 + RESIDUAL_FORK_KERNELS_BWD
+    if model.parallel_attention_mlp:
+        # the layer's parallel-block differences, carried by its MLP block
+        d_fwd, d_bwd, dk_fwd, dk_bwd = parallel_block_elementwise(model)
+        units_fwd, units_bwd = units_fwd + d_fwd, units_bwd + d_bwd
+        kernels_fwd, kernels_bwd = kernels_fwd + dk_fwd, kernels_bwd + dk_bwd
+    elem_fwd = memory_bound_time_s(tokens * rates.act_bytes * (act_fwd * ffn / tp + replicated * units_fwd),
+                                   rates, kernels_fwd + extra_fwd)
+    elem_bwd = memory_bound_time_s(tokens * rates.act_bytes * (act_bwd * ffn / tp + replicated * units_bwd),
+                                   rates, kernels_bwd + extra_bwd)
     return {**gemms, "elem_fwd_s": elem_fwd, "elem_bwd_s": elem_bwd, **casts}
 
 
@@ -559,10 +604,11 @@ def embedding_costs(model: ModelSpec, rates: ComputeRates, tokens):
 
 def norm_forward_s(model: ModelSpec, rates: ComputeRates, tokens, tp, sp):
     """Forward seconds of a layer's two norms (each reads and writes its h-wide rows; split by
-    tp under sequence parallelism): what recomputing ``layernorm`` repeats."""
+    tp under sequence parallelism; one with a parallel block's shared norm, ``norms_per_layer``):
+    what recomputing ``layernorm`` repeats."""
     tokens = np.asarray(tokens, dtype=float)
     split = np.where(sp, np.asarray(tp, dtype=float), 1.0)
-    return 2.0 * memory_bound_time_s(tokens * model.hidden_size * rates.act_bytes * 2.0 / split, rates, 1)
+    return norms_per_layer(model) * memory_bound_time_s(tokens * model.hidden_size * rates.act_bytes * 2.0 / split, rates, 1)
 
 
 def block_projections_in_order(model: ModelSpec, tp, ffn=None):

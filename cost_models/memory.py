@@ -91,10 +91,10 @@ def activation_terms(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, flash_a
     Korthikanti et al. 2022 (section 4, eq. 1-2) per term, tokens = micro_batch * seq / cp:
 
     * ``norm_inputs``: the two norms' 16-bit inputs (4h per token), split by tp only under
-      sequence parallelism;
+      sequence parallelism; a parallel block's norms read the same x, stored once (2h);
     * ``norm_outputs``: the norms' outputs, the QKV and first-MLP GEMMs' inputs (2h, each in
       ``gemm_input_bytes``: 1 byte under FP8 recipes, which keep only the quantised copy;
-      default ``element_bytes``);
+      default ``element_bytes``); a parallel block's shared norm: one output feeds both (h);
     * ``dropout_masks``: two 1-byte masks (2h), with ``ModelSpec.hidden_dropout``;
     * ``qkv``, ``attn_k``: the attention core's 16-bit inputs: the queries and values
       2(a + g)d / tp and apart the keys 2gd / tp (a per-operation checkpoint recomputes the key
@@ -144,9 +144,13 @@ def activation_terms(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, flash_a
     score = np.where(flash_attention, tokens * a * 4.0 / tp,
                      (2.0 * e + attention_dropout * (2.0 * e + 1.0)) * a * s_local
                      * np.asarray(seq_len, dtype=float) * b / tp)
+    # a parallel block's norms both read x: one stored input; one shared norm: one stored output
+    # (``ModelSpec.parallel_attention_mlp`` / ``parallel_shared_norm``)
+    norm_inputs = 1.0 if model.parallel_attention_mlp else 2.0
+    norm_outputs = 1.0 if model.parallel_shared_norm else 2.0
     return {
-        "norm_inputs": e * tokens * h * 4.0 / split,
-        "norm_outputs": tokens * h * 2.0 * gb / split,
+        "norm_inputs": e * tokens * h * 2.0 * norm_inputs / split,
+        "norm_outputs": tokens * h * norm_outputs * gb / split,
         "dropout_masks": tokens * h * hidden_dropout / split,
         "qkv": qkv,
         "attn_k": keys,

@@ -135,20 +135,32 @@ def tp_exposed_per_linear(tp_coll, sp, tp_overlap, tp_backward_overlap, blocks):
     (A linear's two backward collectives share its two GEMMs as one window here; Megatron's order
     pairs the re-gather with the data-gradient GEMM and the reduction with the weight-gradient one,
     which can expose a little more when one GEMM is shorter than its collective and the other
-    longer.) Pooling the layer's traffic under all its GEMMs hid e.g. the two 188 us
+    longer.) A block given as ``(weight, windows, row_weight)``: its row-parallel exit carries
+    ``row_weight`` blocks of traffic instead of ``weight`` (``parallel_block_tp_blocks``: a
+    parallel block's two exits reduced once, by the MLP's). Pooling the layer's traffic under all its GEMMs hid e.g. the two 188 us
     collectives of Llama-3 8B's QKV (GQA: 768 columns a rank at tp 8, 8192 tokens, DGX H100)
     under the MLP's GEMMs, though QKV's own dgrad and wgrad last 115 and 105 us."""
     seq = np.asarray(sp, dtype=bool)
     ub = np.asarray(tp_overlap, dtype=bool)
     fwd = bwd = bwd_split = 0.0 * tp_coll
-    for weight, win in blocks:
+    for weight, win, *row_weight in blocks:
         c = weight * tp_coll
         half = c / 2.0
         col_f, col_d, col_w = win["tp_col_gemm_fwd_s"], win["tp_col_gemm_dgrad_s"], win["tp_col_gemm_wgrad_s"]
         row_f, row_d = win["tp_row_gemm_fwd_s"], win["tp_row_gemm_dgrad_s"]
         col_b = c                                       # re-gather + reduce-scatter, or the all-reduce
-        row_b = np.where(seq, half, 0.0)                # the output gradient's all-gather
-        fwd = fwd + np.where(ub, np.maximum(half - col_f, 0.0) + np.maximum(half - row_f, 0.0), c)
+        if row_weight:
+            # a parallel block's exit (``parallel_block_tp_blocks``): ``row_weight`` blocks of the
+            # row-parallel reduction (its forward all-reduce, or reduce-scatter and its backward
+            # all-gather), the column-parallel entry's collectives at ``weight`` as before
+            r = row_weight[0] * tp_coll
+            row_b = np.where(seq, r / 2.0, 0.0)
+            entry = np.where(seq, half, 0.0)           # the input all-gather; identity without SP
+            exit_f = np.where(seq, r / 2.0, r)         # the reduce-scatter, or the all-reduce
+            fwd = fwd + np.where(ub, np.maximum(half - col_f, 0.0) + np.maximum(r / 2.0 - row_f, 0.0), entry + exit_f)
+        else:
+            row_b = np.where(seq, half, 0.0)            # the output gradient's all-gather
+            fwd = fwd + np.where(ub, np.maximum(half - col_f, 0.0) + np.maximum(half - row_f, 0.0), c)
         fused = np.maximum(col_b - col_d - col_w, 0.0)
         alone = np.maximum(col_b - col_d, 0.0)
         ub_row = np.maximum(row_b - row_d, 0.0)
@@ -156,6 +168,27 @@ def tp_exposed_per_linear(tp_coll, sp, tp_overlap, tp_backward_overlap, blocks):
         bwd_split = bwd_split + np.where(ub, alone + ub_row,
                                          np.where(tp_backward_overlap, alone + row_b, col_b + row_b))
     return fwd, bwd, bwd_split
+
+
+def parallel_block_tp_blocks(sp):
+    """(forward, backward) tensor-parallel collectives of one parallel block
+    (``ModelSpec.parallel_attention_mlp``), per row, in all-reduces of the [tokens, h]
+    activations (a sequence-parallel all-gather or reduce-scatter: half of one).
+
+    The attention output projection and the MLP down projection leave their outputs un-reduced and
+    the sum is reduced once (EleutherAI/gpt-neox megatron/model/transformer.py
+    ``ParallelTransformerLayer``: ``RowParallelLinear(..., parallel_output=self.gpt_j_residual)``
+    and ``output = residual + self.reduce(output)``, ``reduce_from_model_parallel_region``, whose
+    backward passes the gradient on): forward one all-reduce (sequential: two), or under sequence
+    parallelism one reduce-scatter, whose backward is one output-gradient all-gather. The
+    column-parallel entries keep theirs, one per linear as in the sequential block: forward the
+    input all-gather under sequence parallelism (identity without), backward the input gradient's
+    all-reduce (``copy_to_model_parallel_region``'s backward; under sequence parallelism the
+    re-gather and reduce-scatter), since each column-parallel linear runs its own and no stack
+    documents a fused QKV + MLP-input linear. So: forward 1 (sp: 1.5; sequential 2), backward 2
+    (sp: 2.5; sequential 2 and 3)."""
+    seq = np.asarray(sp, dtype=bool)
+    return np.where(seq, 1.5, 1.0), np.where(seq, 2.5, 2.0)
 
 
 def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, tokens, tp, cp, sp, rc,
@@ -239,6 +272,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     # section 4.2.2): together one more all-reduce's time
     # (a hybrid layer is one column/row-parallel block: half of each)
     blocks_per_layer = 1.0 if hybrid else 2.0
+    parallel = model.parallel_attention_mlp      # dense layers only (``ModelSpec``)
     act_bytes = tokens * h * rates.act_bytes
     tp_coll = group_collective_time_s("all_reduce", act_bytes, tp, 1, cluster, eff)
     shared_blocks = 1.0 if model.moe is not None and model.moe.num_shared_experts else 0.0
@@ -302,6 +336,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         return (mods & memory.MODULE_BITS[name]) != 0
 
     norm_s = layer_costs.norm_forward_s(model, rates, tokens, tp, sp) * (blocks_per_layer / 2.0)
+    norm_kernels = 1.0 if hybrid else layer_costs.norms_per_layer(model)
     mla_s, mla_flops = layer_costs.mla_up_projection_forward(model, rates, tokens, tp)
     out = {}
     for kind, mlp in blocks.items():
@@ -309,6 +344,11 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         nb = tp_blocks(kind)
         tp_fwd = nb * tp_coll
         tp_bwd = nb * tp_coll + np.where(sp, nb / 2.0 * tp_coll, 0.0)
+        # collective kernels a pass issues (the host's floor below), in blocks
+        nb_f, nb_b = nb, np.where(sp, 1.5, 1.0) * nb
+        if parallel:
+            nb_f, nb_b = parallel_block_tp_blocks(sp)
+            tp_fwd, tp_bwd = nb_f * tp_coll, nb_b * tp_coll
         tp_rec = np.where(rc == 2, tp_fwd, 0.0)
         gemm_f = attn_k["gemm_fwd_s"] + mlp["gemm_fwd_s"]
         dgrad = attn_k["gemm_dgrad_s"] + mlp["gemm_dgrad_s"]
@@ -340,6 +380,10 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         whole = bit("moe") if kind == "moe" else bit("mlp")
         # (an MoE block under sequence parallelism: its shared expert's only, ``tp_blocks``)
         block_tp = tp_coll * (shares["mlp"] if hybrid and kind == "dense" else mlp_block_tp(kind))
+        if parallel:
+            # a parallel block's MLP alone reduces nothing (the layer's one reduction follows the
+            # sum, ``parallel_block_tp_blocks``): its input's all-gather under SP only
+            block_tp = np.where(sp, tp_coll / 2.0, 0.0)
         block_s = mlp["gemm_fwd_s"] + mlp["cast_fwd_s"] + mlp["elem_fwd_s"] + np.where(tp > 1, block_tp, 0.0)
         # the dense MLP's input projections and activation alone (``mlp_fc1``, not in MoE layers):
         # the first GEMM, its share of the block's input casts, the activation, and under
@@ -392,8 +436,10 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             mlp_ends = mlp
         mlp_w = (shares["mlp"] if hybrid and kind == "dense" else mlp_block_tp(kind)) + 0.0 * tokens
         mix_w = nb - mlp_w
-        tpf, tpb, tpb_split = tp_exposed_per_linear(tp_coll, sp, tp_overlap, tp_backward_overlap,
-                                                    [(mix_w, attn_k), (mlp_w, mlp_ends)])
+        # a parallel block: the attention's exit joins the MLP's, reduced once
+        tp_windows = ([(mix_w, attn_k, 0.0), (mlp_w, mlp_ends, 1.0)] if parallel
+                      else [(mix_w, attn_k), (mlp_w, mlp_ends)])
+        tpf, tpb, tpb_split = tp_exposed_per_linear(tp_coll, sp, tp_overlap, tp_backward_overlap, tp_windows)
         tpr_full = tpf
         if kind == "moe":
             dispatch = mlp["a2a_dispatch_buffer_bytes"]       # the routed rows, at the experts' width
@@ -443,12 +489,12 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             mlp_n = blocks_n[kind]
             n_fwd = (attn_n[kind]["gemm_fwd_s"] + mlp_n["gemm_fwd_s"] + attn_n[kind]["core_fwd_s"] + attn_n[kind]["elem_fwd_s"]
                      + mlp_n["elem_fwd_s"] + attn_n[kind]["cast_fwd_s"] + mlp_n["cast_fwd_s"]
-                     + np.where(tp > 1, nb, 0.0))
+                     + np.where(tp > 1, nb_f, 0.0))
             n_bwd = (attn_n[kind]["gemm_dgrad_s"] + mlp_n["gemm_dgrad_s"] + attn_n[kind]["gemm_wgrad_s"] + mlp_n["gemm_wgrad_s"]
                      + attn_n[kind]["core_bwd_s"] + attn_n[kind]["elem_bwd_s"] + mlp_n["elem_bwd_s"]
                      + attn_n[kind]["cast_bwd_s"] + mlp_n["cast_bwd_s"]
-                     + np.where(tp > 1, np.where(sp, 1.5, 1.0) * nb, 0.0))
-            n_sel = (np.where(bit("core_attn"), attn_n[kind]["core_fwd_s"], 0.0) + blocks_per_layer * bit("layernorm")
+                     + np.where(tp > 1, nb_b, 0.0))
+            n_sel = (np.where(bit("core_attn"), attn_n[kind]["core_fwd_s"], 0.0) + norm_kernels * bit("layernorm")
                      + (1.0 + (0.0 if kind == "moe" else layer_costs.activation_units(model, unfused_block_ops)[2]))
                      * (bit("mlp_act") & ~whole & ~fc1)
                      + 2.0 * bit("mla_up_proj")
