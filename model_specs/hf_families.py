@@ -396,7 +396,11 @@ def _gpt_neox(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, 
                 **attention_head_fields(cfg), ffn_hidden_size=cfg.get_int("intermediate_size"),
                 vocab_size=cfg.get_int("vocab_size"), seq_len=training_seq_len(cfg, seq_len),
                 tied_embeddings=cfg.get_bool("tie_word_embeddings", False),
-                **{**_GPT_STYLE, "position_embedding": "rope"}, rotary_fraction=fraction_field(cfg, "rotary_pct"))
+                **{**_GPT_STYLE, "position_embedding": "rope"}, rotary_fraction=fraction_field(cfg, "rotary_pct"),
+                # transformers GPTNeoXConfig ``use_parallel_residual`` (default true; Pythia and
+                # GPT-NeoX-20B true): GPTNeoXLayer's attention and MLP read their own norms
+                # (input_layernorm, post_attention_layernorm) of the same x
+                parallel_attention_mlp=cfg.get_bool("use_parallel_residual", True))
 
 
 #: MPT's attention kinds -> key/value heads (llm-foundry llmfoundry/models/layers/attention.py:

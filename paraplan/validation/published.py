@@ -151,6 +151,11 @@ TRAINING_METRICS = ("iter_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "tflo
 #: 2023), Mistral / Mixtral, Qwen, DeepSeek, Grok-1, Gemma. GPT, OPT, BLOOM, MPT, Gopher, MT-NLG
 #: and Nemotron-4 (squared ReLU) are not gated.
 GATED_FAMILIES = ("palm", "llama", "mistral", "mixtral", "qwen", "deepseek", "grok", "gemma")
+#: model families built with the parallel attention + MLP block (``ModelSpec.parallel_attention_mlp``)
+#: and one shared norm, for rows no preset describes: PaLM (Chowdhery et al. 2022, section 2
+#: "Parallel Layers": y = x + MLP(LayerNorm(x)) + Attention(LayerNorm(x))), GPT-J (Hugging Face
+#: GPTJBlock: one ``ln_1`` feeds both). GPT-NeoX-20B is a preset (two norms).
+PARALLEL_SHARED_NORM_FAMILIES = ("palm", "gpt-j")
 #: a ``zero_stage`` cell that records only a Megatron-FSDP switch set off ("ddp (FSDP=0)"): the
 #: source's table says nothing about the optimizer's sharding
 FSDP_OFF_ONLY = re.compile(r"\bfsdp\s*=\s*0\b", re.IGNORECASE)
@@ -354,6 +359,9 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
                               ffn_hidden_size=ffn_size, vocab_size=needed["vocab"], seq_len=needed["seq_len"],
                               gated_mlp=gated,
                               tied_embeddings=tokenizer_source.tied_embeddings if tokenizer_source is not None else False)
+            if any(f in _str(row, "model").lower() for f in PARALLEL_SHARED_NORM_FAMILIES):
+                model = replace(model, parallel_attention_mlp=True, parallel_shared_norm=True)
+                assumptions.append("parallel attention + MLP block, one shared norm (model family)")
     except InputError as exc:
         raise Skip(f"architecture invalid: {exc}") from None
     if kin is not None:
