@@ -89,18 +89,24 @@ def layer_collectives(model: ModelSpec, cluster: ClusterSpec, eff: ServingEffici
     norm inside the all-reduce kernel: one kernel fewer for each all-reduce a counted norm
     follows: a dense layer's attention output (the MLP's norm) and its MLP output (the next
     layer's input norm, counted with the attention block); a MoE layer's MoE output (the next
-    input norm; ``KERNELS["moe"]`` counts no norm before the experts)."""
+    input norm; ``KERNELS["moe"]`` counts no norm before the experts). A parallel block's dense
+    layer (``ModelSpec.parallel_attention_mlp``) runs one all-reduce, after its two outputs are summed."""
     h = model.hidden_size
     T = _f(tokens)
     msg = T * h * ACT_BYTES
     oneshot, stated = behaviour.oneshot_allreduce(msg, tp, T)
     ar = allreduce_time_s(msg, tp, cluster, eff, behaviour.custom_allreduce, oneshot, stated)
     n_layers = n_dense + n_moe
-    comm = n_layers * ar + n_dense * ar
+    # a parallel block (``ModelSpec.parallel_attention_mlp``, dense layers only) reduces the sum
+    # of its attention and MLP outputs once: no all-reduce of its own after the MLP (vLLM
+    # model_executor/models/falcon.py: ``reduce_row_parallel_results`` false for ``parallel_attn``,
+    # ``mlp_output += attention_output`` then one ``tensor_model_parallel_all_reduce``)
+    mlp_reduces = 0.0 if model.parallel_attention_mlp else 1.0
+    comm = n_layers * ar + n_dense * ar * mlp_reduces
     ar_kernels = np.where(tp > 1, 1.0, 0.0)
-    kernels = (n_layers + n_dense) * ar_kernels
+    kernels = (n_layers + n_dense * mlp_reduces) * ar_kernels
     fused = np.where(norm_fusion_runs(behaviour, tp, adp), 1.0, 0.0)
-    kernels = kernels - 2.0 * n_dense * fused
+    kernels = kernels - (1.0 + mlp_reduces) * n_dense * fused
     if n_moe:
         group = tp * adp
         k_eff = np.minimum(np.minimum(float(model.moe.top_k), moe_ep) * _f(moe_tp), group)
