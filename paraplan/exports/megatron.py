@@ -239,6 +239,12 @@ def _refuse_plan(p: dict, model: ModelSpec) -> None:
                          "does not write Megatron-LM's --experimental-attention-variant / --linear-attention-freq, "
                          "so its launch would build every layer with softmax attention",
                          "write the hybrid-attention launch by hand from the plan's parallel degrees")
+    if model.parallel_attention_mlp:
+        # megatron/core/transformer/transformer_layer.py TransformerLayer: the attention and its
+        # residual add (self_attn_bda), then the pre-MLP norm and the MLP: sequential only
+        raise InputError("model", f"{model.name} runs attention and MLP in parallel (model.parallel_attention_mlp), "
+                         "and Megatron-LM's TransformerLayer builds them one after the other",
+                         "emit another framework, or write the launch by hand (GPT-NeoX: gpt_j_residual)")
     if p["cuda_graphs"]:
         raise InputError("cuda_graphs", "this export does not capture CUDA graphs (--cuda-graph-impl and its "
                          "module list are the user's)", "plan without cuda_graphs, then add them by hand")
