@@ -32,7 +32,8 @@ from planners.plan import PlanResult, parse_gpus, plan
 from simulator.parallel_config import Recompute, Schedule
 from simulator.stack_defaults import run_cp_kind
 from simulator.validate_config import needs_uneven_split
-from paraplan.commands.simulate import STACK_HELP, ep_comm_overlap_option, ep_dispatch_dedup_option
+from paraplan.commands.simulate import (STACK_HELP, ep_comm_overlap_option, ep_dispatch_dedup_option,
+                                       refuse_expert_switch_on_dense)
 from paraplan.commands.token_count import TOKENS
 
 POS = click.IntRange(min=1)
@@ -583,6 +584,9 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         spec = spec.with_seq_len(seq_len)
     switches = {k: v for k, v in (("ep_comm_overlap", ep_comm_overlap), ("ep_dispatch_dedup", ep_dispatch_dedup))
                 if v is not None}
+    if spec.moe is None:    # no expert all-to-all to overlap or deduplicate: simulate refuses it too
+        for key in (k for k, v in switches.items() if v):
+            refuse_expert_switch_on_dense(key, spec)
     # the stack's behaviour with every switch given overriding it (its recipes' too), as simulate does
     from paraplan.exports import default_stack
     stack_arg = stack if stack is not None else default_stack(emit)

@@ -220,6 +220,32 @@ def refuse_options_without_effect(opts: dict) -> None:
                          "drop --recompute-method, or set --recompute full and --recompute-num-layers N")
 
 
+def refuse_switches_without_effect(opts: dict, model: ModelSpec, flash_attention: bool) -> None:
+    """Refuse a software switch the user turned on that prices nothing in this run (the header
+    would print it beside a step it did not change): a fused-attention kernel (``serial`` /
+    ``pipelined``) where the attention core is the materialised one (``flash_attention`` off, by
+    --no-flash-attention or the stack's: ``layer_times`` reads the kernel only for the fused
+    core), and the expert all-to-all switches on a model without experts. ``flash_attention``:
+    the value the run takes, the stack's unless the user set it."""
+    kernel = opts.get("attention_kernel")
+    if kernel not in (None, AttentionKernel.AUTO.value) and not flash_attention:
+        raise InputError("attention_kernel", f"{kernel} is a fused (flash) attention kernel, and this run's attention "
+                         "core is the materialised one (flash_attention off): it changes nothing",
+                         "drop --attention-kernel, or give --flash-attention")
+    if model.moe is None:
+        for key in ("ep_comm_overlap", "ep_dispatch_dedup"):
+            if opts.get(key):
+                refuse_expert_switch_on_dense(key, model)
+
+
+def refuse_expert_switch_on_dense(key: str, model: ModelSpec) -> None:
+    """The error for the expert switch ``key`` (``ep_comm_overlap`` / ``ep_dispatch_dedup``)
+    turned on for ``model``, which has no experts (``simulate`` and ``plan`` say it alike)."""
+    flag = "--" + key.replace("_", "-")
+    raise InputError(key, f"{model.name} has no experts, so there is no expert all-to-all for {flag} to change",
+                     f"drop {flag}, or use an MoE model")
+
+
 def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | None]:
     """(model, cluster, config, n_gpus) from the command's options; errors name the option."""
     check_bounds(opts)
@@ -245,6 +271,7 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
     for key in SWITCH_OPTIONS:
         if opts.get(key) is not None:
             software[key] = opts[key]
+    refuse_switches_without_effect(opts, model, software["flash_attention"])
     if opts.get("optimizer_moment_bytes") is not None:
         # an explicit moment width overrides a stack that keeps the moments in the weights' dtype
         software["moments_in_param_dtype"] = False
@@ -935,6 +962,7 @@ def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_pa
     for key in SWITCH_OPTIONS:
         if opts.get(key) is not None:
             software[key] = opts[key]
+    refuse_switches_without_effect(opts, model, software["flash_attention"])
     sp = opts["sequence_parallel"]
     if sp is None:
         behaviour = stack.training_for(model.name, gpu, opts["dtype"])
