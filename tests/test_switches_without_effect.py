@@ -81,3 +81,39 @@ def test_the_expert_switches_still_run_where_they_price_something():
     assert 0 < with_overlap < without
     # turning a switch off on a dense model claims nothing and stays accepted
     assert run("simulate", *DENSE, "--no-ep-comm-overlap").exit_code == 0
+
+
+ZERO3_GATHER = "--zero3-recompute-gather"
+
+
+def test_the_recompute_gather_prices_only_zero3_with_full_recomputation():
+    """The invariant the refusal rests on: with ZeRO-3, full recomputation and the gathers exposed,
+    the third gather lengthens the step; at ZeRO-1, or at ZeRO-3 without full recomputation, the
+    switch gives the same step to the last bit."""
+    z3 = (*DENSE, "--zero", "3", "--recompute", "full", "--no-overlap-param-gather")
+    assert _step_s(*z3, ZERO3_GATHER) > _step_s(*z3, "--no-zero3-recompute-gather") * 1.01
+    from paraplan import api
+    common = dict(gpus=16, global_batch=64, overlap_param_gather=False)
+    for zero, recompute in ((1, "full"), (3, "selective"), (3, "none")):
+        on, off = (api.simulate("llama3-8b", "dgx-h100", zero_stage=zero, recompute=recompute,
+                                zero3_recompute_gather=g, **common)["step_time_s"][0] for g in (True, False))
+        assert on == off, (zero, recompute)
+
+
+@pytest.mark.parametrize("extra, what", [
+    (("--zero", "1", "--recompute", "full"), "zero=1"),
+    (("--recompute", "full"), "zero=1"),                      # megatron-core's default ZeRO stage here
+    (("--zero", "3", "--recompute", "selective"), "recompute=selective"),
+    (("--zero", "3"), "recompute=none"),
+])
+def test_a_recompute_gather_without_zero3_and_full_recomputation_is_refused(extra, what):
+    line = one_line_error(run("simulate", *DENSE, *extra, ZERO3_GATHER))
+    assert line == ("error: zero3_recompute_gather: the third gather is ZeRO-3's for a fully recomputed layer's "
+                    f"forward, and this run has {what}: it changes nothing "
+                    "(drop --zero3-recompute-gather, or give --zero 3 and --recompute full)"), line
+
+
+def test_a_recompute_gather_where_it_prices_runs():
+    assert run("simulate", *DENSE, "--zero", "3", "--recompute", "full", ZERO3_GATHER).exit_code == 0
+    # off claims nothing: accepted anywhere
+    assert run("simulate", *DENSE, "--zero", "1", "--no-zero3-recompute-gather").exit_code == 0

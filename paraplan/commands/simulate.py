@@ -307,6 +307,12 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
         optimizer_moment_bytes=opts.get("optimizer_moment_bytes") or 4.0, **software,
     )
     cluster.gpu.peak_flops(config.dtype)      # a dtype the chip lacks is an input error, up front
+    if opts.get("zero3_recompute_gather") and (config.zero_stage < 3 or config.recompute != Recompute.FULL):
+        # step_model prices the third gather only for ZeRO-3 rows recomputing layers in full
+        what = f"zero={config.zero_stage}" if config.zero_stage < 3 else f"recompute={config.recompute.value}"
+        raise InputError("zero3_recompute_gather", "the third gather is ZeRO-3's for a fully recomputed layer's "
+                         f"forward, and this run has {what}: it changes nothing",
+                         "drop --zero3-recompute-gather, or give --zero 3 and --recompute full")
     return model, cluster, config, gpus
 
 
