@@ -33,7 +33,7 @@ from simulator.parallel_config import Recompute, Schedule
 from simulator.stack_defaults import run_cp_kind
 from simulator.validate_config import needs_uneven_split
 from paraplan.commands.simulate import (STACK_HELP, ep_comm_overlap_option, ep_dispatch_dedup_option,
-                                       refuse_expert_switch_on_dense)
+                                       refuse_expert_switch_on_dense, unmeasured_features, UNMEASURED_NOTE)
 from paraplan.commands.token_count import TOKENS
 
 POS = click.IntRange(min=1)
@@ -317,21 +317,6 @@ def _priced_chunks(result: PlanResult, spec) -> list[tuple[int, int]]:
     return priced_chunks(result.plans.iloc[0], spec) if len(result.plans) else []
 
 
-def _unmeasured_features(plan: dict, cluster) -> str:
-    """The features of ``plan`` no row of the validation files measures (their time is the cost
-    model's alone): activation offload over a PCIe host link (the public offload rows are GB200 /
-    GB300 over NVLink-C2C), optimizer offload; '' when none."""
-    parts = []
-    host = getattr(cluster, "host", None)
-    from cost_models.offload import is_pcie_link
-    pcie = host is not None and is_pcie_link(host.link)
-    if pcie and int(plan.get("offload_activation_layers") or 0) > 0:
-        parts.append(f"activation offload over PCIe ({int(plan['offload_activation_layers'])} layers per chunk)")
-    if float(plan.get("offload_optimizer_fraction") or 0.0) > 0:
-        parts.append("optimizer offload")
-    return " and ".join(parts)
-
-
 def _unchecked_host_memory(plan: dict, cluster) -> str:
     """A note when ``plan`` keeps offloaded state in host memory that the cluster file does not
     bound (its ``host:`` states no ``memory_gib``): the search then admits any amount, and its
@@ -405,7 +390,7 @@ def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster, sp
         "stage_layers": [list(x) for x in _priced_chunks(result, spec)] or None,
         "balanced_stage_layers": [list(x) for x in result.stage_layers] if result.stage_layers else None,
         # what the best plan uses that no measured run in the validation files exercises ('' none)
-        "best_unmeasured_features": _unmeasured_features(result.plans.iloc[0].to_dict(), cluster)
+        "best_unmeasured_features": unmeasured_features(result.plans.iloc[0].to_dict(), cluster)
         if len(result.plans) else "",
     }
     if pareto:
@@ -670,11 +655,10 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         command = simulate_command(best, model, cluster, seq_len, stack_arg, switches, headroom_gib, layers,
                                    default_kind, moe=spec.moe is not None)
         out.append(f"best plan as one run (its step, memory per stage and why):\n{wrap_command(command)}\n")
-        unmeasured = _unmeasured_features(best, cl)
+        unmeasured = unmeasured_features(best, cl)
         if unmeasured:
-            out.append(f"note: the best plan uses {unmeasured}, which no measured run in the validation files "
-                       "exercises: its time rests on the link and overlap model alone (--no-offload "
-                       "plans without it)\n")
+            out.append(f"note: the best plan uses {unmeasured}, {UNMEASURED_NOTE}: its time rests on the link and "
+                       "overlap model alone (--no-offload plans without it)\n")
         unchecked = _unchecked_host_memory(best, cl)
         if unchecked:
             out.append(unchecked)

@@ -246,6 +246,27 @@ def refuse_expert_switch_on_dense(key: str, model: ModelSpec) -> None:
                      f"drop {flag}, or use an MoE model")
 
 
+#: what an offload feature's note says of the validation files (``plan`` and ``simulate`` alike)
+UNMEASURED_NOTE = "which no measured run in the validation files exercises"
+
+
+def unmeasured_features(fields: dict, cluster) -> str:
+    """The features of the configuration ``fields`` (a plan row or ``StepReport.config``) that no
+    row of the validation files measures, whose time is the cost model's alone: activation offload
+    over a PCIe host link (the public offload rows are GB200 / GB300 over NVLink-C2C), optimizer
+    offload; '' when none."""
+    parts = []
+    host = getattr(cluster, "host", None)
+    from cost_models.offload import is_pcie_link
+    pcie = host is not None and is_pcie_link(host.link)
+    layers = int(fields.get("offload_activation_layers") or 0)
+    if pcie and layers > 0:
+        parts.append(f"activation offload over PCIe ({layers} layer{'' if layers == 1 else 's'} per chunk)")
+    if float(fields.get("offload_optimizer_fraction") or 0.0) > 0:
+        parts.append("optimizer offload")
+    return " and ".join(parts)
+
+
 def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | None]:
     """(model, cluster, config, n_gpus) from the command's options; errors name the option."""
     check_bounds(opts)
@@ -579,6 +600,10 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
             f"{memory_advice(model, cluster, config) if config is not None else _ADVICE_ALL})",
             width=120, subsequent_indent=" " * 6, break_long_words=False)
     lines += textwrap.wrap(why_line(report, star), width=120, subsequent_indent=" " * 5, break_long_words=False)
+    unmeasured = unmeasured_features(report.config, cluster)
+    if unmeasured:      # as plan notes it beside its best plan
+        lines += textwrap.wrap(f"note: {unmeasured}, {UNMEASURED_NOTE}: offload_exposed_s rests on the link and "
+                               "overlap model alone", width=120, subsequent_indent=" " * 6, break_long_words=False)
     note = priors.footnote(cluster)
     if note:
         lines.append(note)
@@ -626,6 +651,8 @@ def json_dict(report: StepReport, cluster, headroom_gib: float, model: ModelSpec
     if model is not None:
         data.update(mfu_units.palm_columns(report, model, cluster.gpu))
     data.update(priors.json_fields(cluster))
+    # what the step uses that no measured run exercises ('' none), as plan's best_unmeasured_features
+    data["unmeasured_features"] = unmeasured_features(report.config, cluster)
     return data
 
 
