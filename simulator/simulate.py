@@ -54,4 +54,4 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig,
 EXTRAS = ("tp_comm_total_s", "dp_comm_total_s", "microbatch_stage_time_s", "params_local", "layer_w_s",
           "p2p_per_microbatch_s", "pipeline_makespan_s", "busiest_stage", "busiest_stage_layers",
           "first_stage_layers", "last_stage_layers", "memory_stage", "host_memory_bytes", "host_memory_node_bytes",
-          "expert_params_local", "host_fits")
+          "expert_params_local", "host_fits", "ep_unpaired_s")

@@ -827,6 +827,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         "offload_exposed_s": offload_part,
         "num_microbatches": m,
         "pipeline_makespan_s": pipe["makespan_s"],
+        # what the passes without a partner add to the pipeline under ep_comm_overlap (in
+        # ep_comm_exposed_s, and the ZeRO-3 / offload parts): the event-level timeline does not place it
+        "ep_unpaired_s": unpaired["ep"] + unpaired["z3"] + unpaired["offload"],
         "step_time_lower_s": step - pipe["makespan_s"] + pipe["makespan_lower_s"],
         "pipeline_exact": np.ones(n_rows, dtype=bool) if exact_pipeline is None else np.asarray(exact_pipeline, dtype=bool),
         "busiest_stage": pipe["busiest_stage"],

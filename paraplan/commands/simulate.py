@@ -726,8 +726,13 @@ def write_timelines(model, config, report, trace_path: str | None, gantt_path: s
     # the low-precision weight casts run before the flush (the step model's pipeline fill)
     casts = result.prologue.duration_s if result.prologue is not None else 0.0
     cast_note = f" ({casts:.4g} s of {result.prologue.name}s, then the flush)" if casts > 0 else ""
+    # the passes with no partner micro-batch under ep_comm_overlap are in the step, not drawn
+    unpaired = float(report.extras.get("ep_unpaired_s", 0.0))
+    undrawn = (f"; not drawn: the step's {unpaired:.4g} s that the warm-up and cool-down passes with no partner "
+               "micro-batch add under --ep-comm-overlap (their whole all-to-all)") if unpaired > 0 else ""
     summary = (f"{schedule.kind.value} p={schedule.p} m={schedule.m} v={schedule.v}: makespan "
-               f"{result.makespan_s:.4g} s{cast_note}, mean stage idle {100 * result.bubble_fraction:.1f}%{prior}")
+               f"{result.makespan_s:.4g} s{cast_note}, mean stage idle {100 * result.bubble_fraction:.1f}%{undrawn}"
+               f"{prior}")
     notes = []
     if trace_path is not None:
         names = [f"stage {i}" for i in range(schedule.p)]
