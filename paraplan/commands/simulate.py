@@ -503,6 +503,33 @@ def memory_meaning(config: dict, cluster) -> dict:
             **(CPU_MEMORY_MEANING if cluster.gpu.is_cpu else {})}
 
 
+#: settings the header names only when they are not their default (``ParallelConfig``'s), each
+#: moving the step or the memory: (field, default)
+_SETTINGS_WHEN_SET = (("zero_shard_group", 0), ("recompute_num_layers", 0), ("recompute_method", "block"),
+                      ("recompute_layers_decrement", 0), ("recompute_modules", ()),
+                      ("offload_activation_layers", 0), ("offload_optimizer_fraction", 0.0),
+                      ("first_stage_layers", 0), ("last_stage_layers", 0), ("uneven_layers", False),
+                      ("pipeline_layout", ""), ("loss_chunk_tokens", 0), ("optimizer_moment_bytes", 4.0))
+
+
+def _given_settings_text(c: dict) -> str:
+    """`` name=value`` for each of ``_SETTINGS_WHEN_SET`` that ``c`` (``StepReport.config``) sets
+    off its default, as ``--json``'s ``config`` holds it (the header printed ``zero=3`` alike for
+    ZeRO-3 over all ranks and HSDP, ``recompute=full`` for two recomputed layers a chunk)."""
+    out = []
+    for name, default in _SETTINGS_WHEN_SET:
+        value = c.get(name, default)
+        if isinstance(value, (list, tuple)):
+            if tuple(value) != tuple(default):
+                out.append(f"{name}={','.join(str(v) for v in value)}")
+        elif isinstance(value, bool):
+            if value != default:
+                out.append(f"{name}={_on_off(value)}")
+        elif value != default:
+            out.append(f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}")
+    return "".join(" " + piece.replace(" ", "\0") for piece in out)
+
+
 def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | None = None,
            config: ParallelConfig | None = None, zero_note: str = "", cp_note: str = "",
            etp_note: str = "") -> str:
@@ -520,7 +547,8 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
         *_wrapped(f"dp={c['dp']} tp={c['tp']} pp={c['pp']} cp={c['cp']} ep={c['ep']} etp={c['etp']}"
                   + (f" ({etp_note})" if etp_note else "") + f" vpp={c['vpp']}  "
                   f"micro_batch={c['micro_batch']} global_batch={c['global_batch']} "
-                  f"({report.num_microbatches} micro-batches, {report.tokens_per_step:,.0f} tokens/step)", first="config   "),
+                  f"({report.num_microbatches} micro-batch{'' if report.num_microbatches == 1 else 'es'}, "
+                  f"{report.tokens_per_step:,.0f} tokens/step)", first="config   "),
         *_wrapped(f"zero={c['zero_stage']}" + (f" ({zero_note})" if zero_note else "") + f" recompute={c['recompute']} sequence_parallel={_on_off(c['sequence_parallel'])} "
                   f"dtype={c['dtype']} schedule={c['schedule']} flash_attention={_on_off(c['flash_attention'])} "
                   f"attention_kernel={c['attention_kernel']} "
@@ -529,7 +557,8 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
                   f"ep_comm_overlap={_on_off(c['ep_comm_overlap'])} ep_dispatch_dedup={_on_off(c['ep_dispatch_dedup'])} "
                   f"cp_kind={c['cp_kind']}" + (f" ({cp_note})" if cp_note else "") + f" moe_load_imbalance={c['moe_load_imbalance']:g} "
                   f"grad_accumulation_fusion={_on_off(c['grad_accumulation_fusion'])}"
-                  + (f" zero3_recompute_gather={_on_off(c['zero3_recompute_gather'])}" if c["zero_stage"] >= 3 else "")),
+                  + (f" zero3_recompute_gather={_on_off(c['zero3_recompute_gather'])}" if c["zero_stage"] >= 3 else "")
+                  + _given_settings_text(c)),
         "",
         "step time",
     ]
