@@ -92,7 +92,8 @@ def check_sequence_split(seq_len: int, cp: int, tp: int, sequence_parallel: bool
             f"{seq_len} tokens so (use cp 1, or change --gpus, --tp or --pp), or ")
         raise InputError("cp", f"{kind} context parallelism splits the sequence into 2 x cp = {chunks} equal chunks "
                          f"(two per rank, one from each end, to balance causal attention), which {seq_len} tokens are "
-                         "not", f"{choose}a sequence length that is a multiple of {chunks} ({lo or chunks} or {hi})")
+                         "not", f"{choose}a sequence length that is a multiple of {chunks} "
+                         f"({' or '.join(str(n) for n in (lo, hi) if n > 0)})")
     # the cp split holds: sequence parallelism's split over tp is what fails
     local = seq_len // cp
     per = f"the {local} tokens of each cp rank ({seq_len} / cp {cp})" if cp > 1 else f"the {seq_len} tokens"
