@@ -92,9 +92,17 @@ def _deployment(**extra):
 def test_one_client_sees_the_step_divided_by_the_tokens_it_yields():
     rep = simulate_serving(_deployment(speculative_tokens=2, draft_acceptance=0.7))
     step = sum(rep.decode_breakdown_s.values())
-    # one client: no other prompts slow its decode, TPOT = step / E(2, 0.7) = step / 2.19
+    # one client: no other prompts slow its decode, TPOT = step / (tokens a step over its 1023
+    # decoded tokens): E(2, 0.7) = 2.19 a step uncapped, and the renewal limit of the capped
+    # decode E[S(n)] = n / E + c, c = p / (1 - r) - 3 r (1 - p) / (1 - r)^2 with r = 0.7^3 = 0.343
+    # (cost_models.speculative): c = 0.35028, 1023 / (467.1233 + 0.3503) = 2.18836 a step
     assert rep.context.tokens_per_step == pytest.approx(2.19)
-    assert rep.metrics["tpot_s"] == pytest.approx(step / 2.19, rel=1e-9)
+    c = 0.7 / 0.657 - 3 * 0.343 * 0.3 / 0.657 ** 2
+    assert c == pytest.approx(0.35028, abs=1e-5)
+    kept = 1023 / (1023 / 2.19 + c)
+    assert rep.context.tokens_per_step_at(1024) == pytest.approx(kept, rel=1e-12)
+    assert kept == pytest.approx(2.18836, abs=1e-5)
+    assert rep.metrics["tpot_s"] == pytest.approx(step / kept, rel=1e-9)
     assert "decode_draft_s" in rep.decode_breakdown_s and rep.decode_breakdown_s["decode_draft_s"] > 0
 
 
@@ -165,7 +173,11 @@ def test_cli_says_the_acceptance_is_a_prior_and_plan_agrees_with_simulate():
     assert plan.returncode == 0, plan.stderr
     j = json.loads(plan.stdout)
     assert j["request"]["speculative_tokens"] == 2 and j["request"]["draft_acceptance"] == 0.6
-    assert j["request"]["tokens_per_step"] == pytest.approx(1 + 0.6 + 0.36)
+    # E(2, 0.6) = 1.96 uncapped; over 1023 decoded tokens n / (n / E + c), c = p / (1 - r) -
+    # 3 r (1 - p) / (1 - r)^2 with r = 0.6^3 = 0.216: c = 0.34361, 1.95871 a step
+    c = 0.6 / 0.784 - 3 * 0.216 * 0.4 / 0.784 ** 2
+    assert j["request"]["tokens_per_step"] == pytest.approx(1023 / (1023 / 1.96 + c), rel=1e-12)
+    assert j["request"]["tokens_per_step"] == pytest.approx(1.95871, abs=1e-5)
     best = j["best"]
     again = _cli("serve", "simulate", "-m", "deepseek-r1", "-s", "dgx-b200", "-b", "trtllm", "--isl", "1024", "--osl",
                  "1024", "--speculative-tokens", "2", "--draft-acceptance", "0.6", "--json",
@@ -215,20 +227,26 @@ def test_a_request_with_one_token_left_gains_no_more_from_drafts():
     assert spec.metrics["tpot_s"] == pytest.approx(step, rel=1e-9)       # one token a step
 
 
-@pytest.mark.parametrize("osl", [3, 4])
-def test_at_a_few_tokens_left_the_step_keeps_no_more_than_are_left_and_acceptance_still_never_slows(osl):
-    # osl 3 / 4: two / three tokens after the first. The step's first draft pass runs over the
-    # tokens a request keeps, min(E, left): E(3, 0.85) = 3.19 and E(3, 1) = 4 both keep 2 (osl 3)
-    # or 3 (osl 4), so the acceptance changes nothing (it priced 0.85 at 3.19 and 1.0 at 4 kept
-    # tokens: a longer draft pass, the higher acceptance slower)
+@pytest.mark.parametrize("osl, kept_at_085", [
+    # osl 3: two tokens after the first. E[S(2)] = 1 + P(X = 1) E[S(1)] = 1 + 0.15 = 1.15 steps
+    (3, 2 / 1.15),
+    # osl 4: three left. E[S(3)] = 1 + 0.15 E[S(2)] + 0.85 x 0.15 E[S(1)] = 1 + 0.1725 + 0.1275 = 1.3
+    (4, 3 / 1.3),
+])
+def test_at_a_few_tokens_left_the_step_keeps_the_exact_mean_and_acceptance_never_slows(osl, kept_at_085):
+    # the decode of n = osl - 1 tokens takes E[S(n)] steps (cost_models.speculative): at
+    # p = 0.85 fewer tokens a step than min(E, n) = n said (1.739 against 2, 2.308 against 3); at
+    # p = 1 one step of k + 1 = 4 holds all n
     runs = [simulate_serving(_deployment(speculative_tokens=3, draft_acceptance=p).with_(osl=osl)) for p in (0.85, 1.0)]
-    assert [r.metrics["tpot_s"] for r in runs] == pytest.approx([runs[0].metrics["tpot_s"]] * 2, rel=1e-12)
-    assert all(r.as_dict()["tokens_per_step"] == osl - 1 for r in runs)
-    step = sum(runs[0].decode_breakdown_s.values())
-    assert runs[0].metrics["tpot_s"] == pytest.approx(step / (osl - 1), rel=1e-9)
-    # at a long output nothing is capped: E itself
+    assert [r.as_dict()["tokens_per_step"] for r in runs] == pytest.approx([kept_at_085, osl - 1], rel=1e-12)
+    for r in runs:
+        step = sum(r.decode_breakdown_s.values())
+        assert r.metrics["tpot_s"] == pytest.approx(step / r.as_dict()["tokens_per_step"], rel=1e-9)
+    assert runs[1].metrics["tpot_s"] < runs[0].metrics["tpot_s"]
+    # at a long output the capped last steps cost little: 1023 tokens at 3.183 a step, E = 3.187
     long = simulate_serving(_deployment(speculative_tokens=3, draft_acceptance=0.85))
-    assert long.as_dict()["tokens_per_step"] == pytest.approx(expected_tokens_per_step(3, 0.85))
+    assert long.as_dict()["tokens_per_step"] == pytest.approx(3.18259, abs=1e-5)
+    assert long.as_dict()["tokens_per_step"] < expected_tokens_per_step(3, 0.85)
 
 
 def test_the_first_draft_pass_reads_the_kept_tokens_and_a_prompt_runs_the_module_once():

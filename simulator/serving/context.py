@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cost_models.speculative import MAX_SPECULATIVE_TOKENS, MTP_ACCEPTANCE_PRIOR, expected_tokens_per_step
+from cost_models.speculative import (MAX_SPECULATIVE_TOKENS, MTP_ACCEPTANCE_PRIOR, decode_tokens_per_step,
+                                     expected_tokens_per_step)
 from cost_models.weight_formats import canonical_format, kv_dtype_bytes, native_compute_dtype, runs_natively
 from hardware_specs.catalog import (load_cluster, load_serving_efficiency, load_stack, serving_profile_lists_tag,
                                     serving_stack_for)
@@ -118,15 +119,17 @@ class ServingContext:
         return float(expected_tokens_per_step(self.speculative_tokens, self.draft_acceptance))
 
     def tokens_per_step_within(self, tokens_left):
-        """``tokens_per_step``, never more than the ``tokens_left`` a request still generates
-        (numpy-friendly)."""
-        return np.minimum(self.tokens_per_step, tokens_left)
+        """Mean tokens a request gains per step over its decode of the ``tokens_left`` (n) tokens
+        it still generates: n / E[S(n)] (``speculative.decode_tokens_per_step``: the last steps
+        stop at n, so a short decode keeps fewer than min(E, n) a step; 1 without drafting).
+        Numpy-friendly."""
+        return decode_tokens_per_step(tokens_left, self.speculative_tokens, self.draft_acceptance)
 
     def tokens_per_step_at(self, osl) -> float:
         """Mean tokens a decoding request of ``osl`` output tokens keeps per step: the first comes
-        from its prefill, so at most osl - 1 (and at least 1) are left for the decode steps.
-        min(E, left) bounds E[min(accepted + 1, left)] from above (a request with 2 tokens left
-        may still need 2 steps): optimistic only where osl - 1 < E, i.e. a few output tokens."""
+        from its prefill, so n = osl - 1 (at least 1) are left for the decode steps, which take
+        E[S(n)] steps on average (``tokens_per_step_within``). Exact, not a bound: at k = 3,
+        p = 0.85 it is 1.739 at osl 3 (min(E, n) said 2) and 3.183 at osl 1024 (E = 3.187)."""
         return float(self.tokens_per_step_within(max(float(osl) - 1.0, 1.0)))
 
     def draft_fields(self) -> dict:
