@@ -351,7 +351,8 @@ def _evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl, passes):
     common = (ctx.model, ctx.cluster, eff, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
               tp, adp, pp, moe_tp, moe_ep)
     k = ctx.speculative_tokens
-    # tokens a decoding request keeps a step (1 unless speculating; never more than it has left)
+    # tokens a decoding request keeps a step over its whole decode (1 unless speculating; its last
+    # steps stop at the tokens it has left: n / E[S(n)], ``speculative.decode_tokens_per_step``)
     per_step = ctx.tokens_per_step_within(gen)
     # an engine that mixes prompts and decodes shares the step's token budget between them
     # (``step_budget``): decodes take theirs first, the prompts what is left, and under

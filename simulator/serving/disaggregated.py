@@ -87,8 +87,8 @@ def _mdc_mean_wait_at(rho, c, exponent, service_s):
 
 def decode_step(ctx, tp, adp, pp, moe_tp, moe_ep, running, isl, osl) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """One decode-only step of ``running`` requests a rank at mean context isl + osl / 2
-    (``step_time``'s parts, seconds) and the tokens it yields a request (1 unless speculating,
-    never more than the request has left)."""
+    (``step_time``'s parts, seconds) and the tokens it yields a request on average over its decode
+    of osl - 1 tokens (1 unless speculating; ``ServingContext.tokens_per_step_within``)."""
     isl, osl = _f(isl), _f(osl)
     per_step = ctx.tokens_per_step_within(np.maximum(osl - 1.0, 1.0))
     dec = step_time(ctx.model, ctx.cluster, ctx.efficiency, ctx.behaviour, ctx.dense_format, ctx.expert_format,
