@@ -42,7 +42,6 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-from scipy.signal import lfilter
 
 #: acceptance of a drafted token (unfitted prior): DeepSeek-V3 report (arXiv 2412.19437, section
 #: 5.4.3): "the acceptance rate of the second token prediction ranges between 85% and 90% across
@@ -82,15 +81,26 @@ def renewal_horizon(draft_tokens: int, acceptance: float) -> int:
     return max(int(np.ceil(np.log(bound) / np.log(p))), 1)
 
 
+#: table length up to which the recursion runs as a plain loop (p <= 0.99 at any k: 4,600 at most);
+#: a longer one (p nearer 1 and n beyond this) runs as scipy's IIR filter, imported only then
+#: (scipy.signal takes about a second to import)
+_LOOP_STEPS = 8192
+
+
 @lru_cache(maxsize=64)
 def _steps_table(draft_tokens: int, acceptance: float, length: int) -> np.ndarray:
-    """E[S(m)] for m = 1..length (index m - 1), by the renewal recursion: an IIR filter of the
-    step's token distribution run over ones (each step counts 1), sums of positive terms."""
+    """E[S(m)] for m = 1..length (index m - 1), by the renewal recursion (sums of positive
+    terms): a loop, or an IIR filter of the step's token distribution run over ones."""
     k, p = draft_tokens, acceptance
-    j = np.arange(1, k + 2, dtype=float)
-    share = p ** (j - 1.0) * (1.0 - p)
-    share[-1] = p ** k                          # all k drafts accepted: k + 1 tokens
-    table = lfilter([1.0], np.concatenate(([1.0], -share)), np.ones(length))
+    share = [p ** (j - 1) * (1.0 - p) for j in range(1, k + 1)] + [p ** k]    # k drafts kept: k + 1
+    if length <= _LOOP_STEPS:
+        steps = [0.0] * (length + k + 1)          # k + 1 leading zeros: E[S(m <= 0)] = 0
+        for m in range(k + 1, length + k + 1):
+            steps[m] = 1.0 + sum(q * steps[m - j] for j, q in enumerate(share, start=1))
+        table = np.array(steps[k + 1:])
+    else:
+        from scipy.signal import lfilter
+        table = lfilter([1.0], np.concatenate(([1.0], -np.array(share))), np.ones(length))
     table.flags.writeable = False
     return table
 
