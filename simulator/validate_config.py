@@ -444,8 +444,16 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
                                  "groups out of the data-parallel ranks (Megatron-Core <= 0.9)",
                                  f"choose ep from {fits}, or a stack that folds EP, megatron-core >= 0.10")
         if (c.dp * c.cp * c.tp) % (c.ep * c.etp):
-            raise InputError("ep", f"ep*etp = {c.ep}*{c.etp} must divide dp*cp*tp = {c.dp * c.cp * c.tp} "
-                             "(MoE parallel folding)")
+            ranks = c.dp * c.cp * c.tp
+            # the degree to change: etp when it is what breaks the fold (ep alone divides), else ep
+            field = "etp" if c.etp > 1 and ranks % c.ep == 0 else "ep"
+            etps = [d for d in range(1, ranks + 1) if ranks % (c.ep * d) == 0] if ranks % c.ep == 0 else []
+            eps = [d for d in range(1, ranks + 1) if ranks % (d * c.etp) == 0 and model.moe.num_experts % d == 0]
+            fixes = ([f"with ep {c.ep}, etp from {', '.join(map(str, etps))}"] if etps else []) + \
+                ([f"with etp {c.etp}, ep from {', '.join(map(str, eps))}"] if eps else [])
+            raise InputError(field, f"ep*etp = {c.ep}*{c.etp} must divide dp*cp*tp = {ranks} "
+                             "(MoE parallel folding)", "choose " + (" or ".join(fixes) if fixes else
+                                                                   "ep and etp whose product divides dp*cp*tp"))
         check_ep_comm_overlap(c, model.mtp_layers)
     elif c.ep > 1:
         raise InputError("ep", f"{model.name} has no experts; expert parallelism needs an MoE model",
