@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from hardware_specs.catalog import load_pooled_cluster, one_pool
+from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
+from hardware_specs.errors import InputError
 from hardware_specs.pools import PooledCluster
+from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES
 from simulator.heterogeneous.compose import Groups, StageBlocks, compose
@@ -67,15 +71,31 @@ def plan_tables(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan, effs
     return units, blocks, groups
 
 
-def simulate_heterogeneous(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan,
+def simulate_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, plan: HeteroPlan,
                            efficiency: dict[str, EfficiencyModel] | None = None) -> HeteroReport:
     """Predict one training step of ``model`` under ``plan`` on the pools of ``cluster``.
 
+    ``model`` and ``cluster`` take specs or names / files, as ``planners.heterogeneous.
+    plan_heterogeneous`` does (a one-kind cluster is one pool of its max_gpus); a name failed
+    here as an AttributeError ('str' object has no attribute 'moe' / 'pool_names').
     ``efficiency`` maps pool names to efficiency models that override the pools' own (what-if
     studies). Groups without ``micro_batches`` get the shares of the global batch that finish the
     step soonest (``shares``). Raises ``InputError`` naming the pool for a plan the cluster cannot run; a
     stage that does not fit its pool's memory is reported (``fits``), not raised.
     """
+    model = load_model(model) if isinstance(model, str) else model
+    if not isinstance(model, ModelSpec):
+        raise InputError("model", f"expected a model name, file or ModelSpec, got {type(model).__name__}",
+                         "e.g. 'llama3-70b' (paraplan models list)")
+    cluster = load_pooled_cluster(cluster) if isinstance(cluster, str) else cluster
+    if isinstance(cluster, ClusterSpec):        # one GPU kind: one pool of its max_gpus, as plan_heterogeneous
+        cluster = one_pool(cluster)
+    if not isinstance(cluster, PooledCluster):
+        raise InputError("cluster", f"expected a cluster name, file, PooledCluster or ClusterSpec, got "
+                         f"{type(cluster).__name__}", "e.g. load_pooled_cluster('a100-h100.yaml')")
+    if not isinstance(plan, HeteroPlan):
+        raise InputError("plan", f"expected a HeteroPlan, got {type(plan).__name__}",
+                         "build one from ReplicaGroup / StagePlacement (simulator.heterogeneous)")
     check_plan(model, cluster, plan)
     effs = pool_efficiencies(cluster, efficiency)
     units, blocks, groups = plan_tables(model, cluster, plan, effs)
