@@ -443,3 +443,27 @@ def test_a_pooled_plan_without_a_headroom_prints_the_command_without_one(small):
     import shlex
     out = run("plan", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", "--max-micro-batch", "2").stdout
     assert f"\n  paraplan simulate -m gpt3-1.3b -c {shlex.quote(str(small))} --plan plan.json\n" in out
+
+
+def test_pooled_plan_text_rows_mark_the_prior_where_csv_says_efficiency_fitted_false(tmp_path):
+    """The text table's top plans marked no row, though the CSV/JSON said efficiency_fitted False
+    for every row on an MI300X (prior) pool and the note pointed at the comparison only: each row
+    now carries the marker beside its tokens/s exactly where the CSV row is not fitted."""
+    import io
+
+    import pandas as pd
+    from paraplan import priors
+    mixed = tmp_path / "mi300-h100.yaml"
+    mixed.write_text("name: mi300-h100\npools:\n  - {name: mi300, cluster: mi300x-node, gpus: 1}\n"
+                     "  - {name: h100, cluster: dgx-h100, gpus: 8}\n")
+    args = ["plan", "-m", "gpt3-1.3b", "-c", mixed, "--global-batch", "64", "--max-micro-batch", "2", "--top", "40"]
+    rows = pd.read_csv(io.StringIO(run(*args, "--csv").stdout))
+    assert (~rows["efficiency_fitted"]).any() and rows["efficiency_fitted"].any()
+    text = run(*args).stdout
+    table = text.split("\ntop plans\n")[1].split("\n\n")[0].splitlines()[2:]      # past the header and rule
+    assert len(table) == len(rows)
+    for line, (_, row) in zip(table, rows.iterrows()):
+        cell = f"{row['tokens_per_s']:,.0f}"
+        assert cell in line
+        assert (f"{cell}{priors.mark_text()}" in line) == (not row["efficiency_fitted"]), line
+    assert f"({priors.MARK} beside the throughput of each plan that runs on them)" in text

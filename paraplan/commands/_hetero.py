@@ -289,11 +289,12 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool, r
     command that prices the best plan once its --json is saved to plan.json (the text says so)."""
     comp = result.comparison()
     table = result.plans.head(top)
+    # per row, as the one-kind plan's rows: False where a pool it runs on rests on the prior (the
+    # text table marks those rows' tokens/s, as the comparison's; it printed them unmarked)
+    fitted = [not any(priors.is_prior(p.cluster) for p in result.row_plan(i)[1].pools) for i in range(len(table))]
     if as_json or as_csv:
         table = _mfu_in_percent(table, result.mfu_reference_dtype)     # the comparison is in percent already
-        # per row, as the one-kind plan's rows: False where a pool it runs on rests on the prior
-        table = table.assign(efficiency_fitted=[
-            not any(priors.is_prior(p.cluster) for p in result.row_plan(i)[1].pools) for i in range(len(table))])
+        table = table.assign(efficiency_fitted=fitted)
     if as_json:
         data = {
             "request": {"model": result.model, "cluster": result.cluster,
@@ -346,17 +347,17 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool, r
                    f"--json (> plan.json), then\n  {rerun}\n")
     cells = []
     show_dtype = table["dtype"].nunique() > 1
-    for r in table.to_dict("records"):
+    for r, ok in zip(table.to_dict("records"), fitted):
         cells.append([r["kind"], r["pools"], r["n_gpus"], r["layout"], r["micro_batch"], r["zero_stage"], r["recompute"],
                       "on" if r["sequence_parallel"] else "off"] + ([r["dtype"]] if show_dtype else [])
-                     + [four_significant(r['step_time_s']), f"{r['tokens_per_s']:,.0f}",
+                     + [four_significant(r['step_time_s']), f"{r['tokens_per_s']:,.0f}" + ("" if ok else priors.mark_text()),
                         f"{100 * r['mfu_reference']:.1f}", f"{r['memory_gib']:.1f}"])
     head = (["kind", "pools", "n_gpus", "layout", "micro_batch", "zero", "recompute", "sp"]
             + (["dtype"] if show_dtype else []) + ["step_time_s", "tokens_per_s", mfu_head, "memory_gib"])
     out.append("\ntop plans\n" + format_table([[str(i + 1)] + c for i, c in enumerate(cells)], ["rank"] + head))
     if result.prior_pools:
         out.append(f"\nnote: numbers on {', '.join(result.prior_pools)} rest on an unfitted efficiency prior"
-                   f" ({priors.MARK} in the comparison)\n")
+                   f" ({priors.MARK} beside the throughput of each plan that runs on them)\n")
     if explain:
         out.append("\n" + result.explain)
     return "".join(out)
