@@ -370,6 +370,13 @@ def test_plan_on_a_pooled_cluster_refuses_searches_it_does_not_make(small, flag)
     assert run("plan", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", "--no-" + flag[2:]).exit_code == 0
 
 
+def test_plan_on_a_pooled_cluster_refuses_count_fitting(small):
+    # the pooled output has no fit count to make exact: --count-fitting ran and printed the table
+    # without a word
+    one_line_error(run("plan", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", "--count-fitting"),
+                   "--count-fitting", "no count of fitting plans")
+
+
 def test_a_tp_that_does_not_divide_a_pools_node_is_one_line_naming_the_pool(tmp_path):
     six = tmp_path / "six.yaml"
     six.write_text("name: six\npools:\n  - {name: s, gpu: h100-sxm-80gb, gpus_per_node: 6, gpus: 12, "

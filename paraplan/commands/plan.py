@@ -583,6 +583,9 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
             if given(name) == click.core.ParameterSource.COMMANDLINE and value:
                 # the pooled search never shards over groups, searches memory or offloads
                 raise InputError("--" + name.replace("_", "-"), "not searched on pooled clusters", "drop it")
+        if count_fitting:       # it ran and printed the table without a word: the pooled search counts no fits
+            raise InputError("--count-fitting", "a pooled cluster's search reports no count of fitting plans",
+                             "drop it")
         _plan_pooled(spec, model, cluster, gpus, global_batch, global_batch_tokens, top, max_tp, fix, headroom_gib, dtypes,
                      as_json, as_csv, pareto, explain, max_micro_batch, emit, explicit, stack)
         return
