@@ -474,3 +474,22 @@ def test_pooled_plan_text_rows_mark_the_prior_where_csv_says_efficiency_fitted_f
         assert cell in line
         assert (f"{cell}{priors.mark_text()}" in line) == (not row["efficiency_fitted"]), line
     assert f"({priors.MARK} beside the throughput of each plan that runs on them)" in text
+
+
+def test_pooled_simulate_group_table_says_micro_batches_is_the_busiest_replicas():
+    """Llama-3-70B, 16 H100 pipelines of tp 8 pp 2 beside 8 A100 ones of tp 8 pp 4, 512 sequences:
+    the H100 group runs 376 micro-batches over 16 replicas (8 run 24, 8 run 23), shown as 24 beside
+    376, so replicas x micro_batches (384 + 136) did not add up to the 512 of the batch; the title
+    now says the column is the busiest replica's, and the counts bound the total as it says."""
+    r = run("simulate", "-m", "llama3-70b", "-c", MIXED, "--global-batch", "512", "--group", "16x h100:tp8:pp2",
+            "--group", "8x a100:tp8:pp4", "--zero", "1", "--sequence-parallel")
+    assert r.exit_code == 0, r.output
+    assert "replica groups (micro_batches: the busiest replica's; a group's replicas differ by at most one)" in r.stdout
+    rows = r.stdout.split("\nreplica groups")[1].split("\n\n")[0].splitlines()[3:]
+    groups = [[int(x) for x in line.split()[:5]] for line in rows]
+    assert sum(total for *_, total in groups) == 512
+    uneven = False
+    for _, replicas, _, busiest, total in groups:
+        assert (busiest - 1) * replicas < total <= busiest * replicas
+        uneven |= total != busiest * replicas
+    assert uneven

@@ -236,7 +236,9 @@ def render_report(report: HeteroReport, model: ModelSpec, cluster: PooledCluster
                             ["tokens_per_s_per_gpu", f"{report.tokens_per_s_per_gpu:,.1f}"],
                             [f"mfu_{report.mfu_reference_dtype}_pct", f"{100 * report.mfu_reference:.1f}"]],
                            ["metric", "value"], align="lr", indent="  ").rstrip(),
-              "", "replica groups"]
+              # a group's replicas may run one micro-batch more than others (the shares): the column
+              # is the busiest replica's, so replicas x micro_batches can exceed the total beside it
+              "", "replica groups (micro_batches: the busiest replica's; a group's replicas differ by at most one)"]
     rows = [[i, g["replicas"], g["stages"], g["micro_batches"], g["micro_batches_total"], f"{g['slowest_stage_s'] * 1e3:.2f}",
              f"{g['pipeline_s']:.4f}"] for i, g in enumerate(report.groups)]
     lines.append(format_table(rows, ["group", "replicas", "stages", "micro_batches", "micro_batches_total",
