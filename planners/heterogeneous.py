@@ -594,7 +594,8 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
                        max_micro_batch: int | None = None, micro_batches=None, recomputes=None, zeros=(0, 1),
                        sequence_parallel=(False, True), headroom_gib: float | None = None,
                        efficiency: Mapping[str, EfficiencyModel] | None = None, keep: int = DEFAULT_KEEP,
-                       top: int = 20, stack: StackSpec | str = "megatron-core") -> HeteroPlanResult:
+                       top: int = 20, stack: StackSpec | str = "megatron-core",
+                       progress=None) -> HeteroPlanResult:
     """Search the plans of ``model`` on the pools of ``cluster``; the best fitting one, next to
     the best on only the fastest pool and only the largest pool.
 
@@ -626,6 +627,8 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
             so the stack's ``context_parallel_kind`` prices nothing here: its flavour at cp 1 is
             ``ring`` (``simulator.stack_defaults.run_cp_kind``), as on one GPU kind, and a
             torchtitan (all-gather) stack plans exactly as a ring one.
+        progress: called as ``progress(done, total)`` after each subset of the pools is searched
+            (``total`` = 2^pools - 1), as ``planners.plan``'s: the CLI's bar on a long search.
 
     Raises ``InputError`` when nothing fits or the request is malformed (naming the pool at fault).
     """
@@ -714,8 +717,12 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
                          "merge pools of one GPU kind and fabric into one pool, or plan on fewer pools")
     seen_single: dict[str, str] = {}     # signature of a one-pool subset -> the pool searched for it
     alias: dict[str, str] = {}           # pool whose search was skipped -> the identical pool searched
+    n_subsets, done = 2 ** len(names) - 1, 0
     for size in range(1, len(names) + 1):
         for subset in itertools.combinations(names, size):
+            if progress is not None and done:
+                progress(done, n_subsets)
+            done += 1
             sub = cluster.subset(subset)
             sub_effs = tuple(effs_all[names.index(n)] for n in subset)
             for form, form_effs in searched_forms(sub, sub_effs):
@@ -735,6 +742,8 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
                 found = _search_pools(model, form, form_effs, settings_for(sub_dtype), search, limits, gbs, keep, top)
                 members = merged_members(sub, sub_effs) if form is not sub else {}
                 scored += [replace(f, members=members) for f in found] if members else found
+    if progress is not None:
+        progress(n_subsets, n_subsets)
     table, refs = _ranked(scored, model, gbs, top, cluster, effs_all)
     if table.empty:
         raise InputError("memory", f"no plan of {model.name} at {sequence_text(model)} fits any pool of "

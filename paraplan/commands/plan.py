@@ -758,12 +758,16 @@ def _plan_pooled(spec, model, cluster, gpus, global_batch, global_batch_tokens, 
     if dtypes and len(dtypes) > 1:
         raise InputError("--dtype", "a mixed plan runs one dtype on every pool", "give one --dtype")
     mb = explicit.get("micro_batch")
-    result = plan_heterogeneous(
-        spec, load_pooled_cluster(cluster), global_batch, global_batch_tokens=global_batch_tokens,
-        dtype=dtypes[0] if dtypes else None, max_tp=max_tp, max_micro_batch=max_micro_batch,
-        micro_batches=(mb,) if mb is not None else None,
-        recomputes=(explicit["recompute"],) if explicit.get("recompute") else None,
-        zeros=(explicit["zero"],) if explicit.get("zero") is not None else (0, 1), headroom_gib=headroom_gib,
-        top=max(top, 1), stack=stack)
+    bar = _LazyBar()        # a search over three or more pools can run for seconds: the bar one kind shows
+    try:
+        result = plan_heterogeneous(
+            spec, load_pooled_cluster(cluster), global_batch, global_batch_tokens=global_batch_tokens,
+            dtype=dtypes[0] if dtypes else None, max_tp=max_tp, max_micro_batch=max_micro_batch,
+            micro_batches=(mb,) if mb is not None else None,
+            recomputes=(explicit["recompute"],) if explicit.get("recompute") else None,
+            zeros=(explicit["zero"],) if explicit.get("zero") is not None else (0, 1), headroom_gib=headroom_gib,
+            top=max(top, 1), stack=stack, progress=bar)
+    finally:
+        bar.close()
     click.echo(plan_outputs(result, top, as_json, as_csv, explain,
                             rerun=pooled_simulate_command(model, cluster, "plan.json", headroom_gib)), nl=False)
