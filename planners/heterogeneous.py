@@ -30,14 +30,12 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from hardware_specs.catalog import load_pooled_cluster, load_stack, one_pool
-from hardware_specs.cluster_spec import ClusterSpec
+from hardware_specs.catalog import load_stack
 from hardware_specs.mfu_reference import reference_name
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, shown, whole_number
 from hardware_specs.pools import Pool, PooledCluster
 from hardware_specs.stack_spec import StackSpec
-from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from planners import hetero_candidates as cand
 from planners import hetero_options as opts
@@ -51,7 +49,7 @@ from simulator.config_batch import RECOMPUTE_CODES
 from simulator.heterogeneous.compose import compose
 from simulator.heterogeneous.plan import HeteroPlan, ReplicaGroup, StagePlacement, plan_switches
 from simulator.heterogeneous.report import HeteroReport
-from simulator.heterogeneous.simulate import simulate_heterogeneous
+from simulator.heterogeneous.simulate import model_and_pools, simulate_heterogeneous
 from simulator.stack_support import lacked_use
 from simulator.heterogeneous.unit_costs import pool_efficiencies, unit_costs
 from simulator.parallel_config import ParallelConfig, Recompute
@@ -653,16 +651,7 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
     zeros = opts.zero_stages(zeros)
     sequence_parallel = opts.sequence_parallel_modes(sequence_parallel)
     recomputes = opts.recompute_modes(recomputes)
-    model = load_model(model) if isinstance(model, str) else model
-    if not isinstance(model, ModelSpec):
-        raise InputError("model", f"expected a model name, file or ModelSpec, got {type(model).__name__}",
-                         "e.g. 'llama3-70b' (paraplan models list)")
-    cluster = load_pooled_cluster(cluster) if isinstance(cluster, str) else cluster
-    if isinstance(cluster, ClusterSpec):        # one GPU kind: one pool of its max_gpus, as its name gives
-        cluster = one_pool(cluster)
-    if not isinstance(cluster, PooledCluster):
-        raise InputError("cluster", f"expected a cluster name, file, PooledCluster or ClusterSpec, got "
-                         f"{type(cluster).__name__}", "e.g. load_pooled_cluster('a100-h100.yaml')")
+    model, cluster = model_and_pools(model, cluster)
     if model.moe is not None or model.mtp_layers:
         raise InputError("model", f"{model.name}: plans across pools cover dense models without MTP for now",
                          "plan it on one pool with paraplan plan")

@@ -71,6 +71,24 @@ def plan_tables(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan, effs
     return units, blocks, groups
 
 
+def model_and_pools(model: ModelSpec | str, cluster: PooledCluster | ClusterSpec | str
+                    ) -> tuple[ModelSpec, PooledCluster]:
+    """(model, pooled cluster) from specs or names / files, as the mixed-cluster search and
+    simulator take them: a one-kind cluster is one pool of its max_gpus; anything else is an
+    ``InputError`` naming ``model`` or ``cluster``."""
+    model = load_model(model) if isinstance(model, str) else model
+    if not isinstance(model, ModelSpec):
+        raise InputError("model", f"expected a model name, file or ModelSpec, got {type(model).__name__}",
+                         "e.g. 'llama3-70b' (paraplan models list)")
+    cluster = load_pooled_cluster(cluster) if isinstance(cluster, str) else cluster
+    if isinstance(cluster, ClusterSpec):        # one GPU kind: one pool of its max_gpus, as its name gives
+        cluster = one_pool(cluster)
+    if not isinstance(cluster, PooledCluster):
+        raise InputError("cluster", f"expected a cluster name, file, PooledCluster or ClusterSpec, got "
+                         f"{type(cluster).__name__}", "e.g. load_pooled_cluster('a100-h100.yaml')")
+    return model, cluster
+
+
 def simulate_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, plan: HeteroPlan,
                            efficiency: dict[str, EfficiencyModel] | None = None) -> HeteroReport:
     """Predict one training step of ``model`` under ``plan`` on the pools of ``cluster``.
@@ -83,16 +101,7 @@ def simulate_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str,
     step soonest (``shares``). Raises ``InputError`` naming the pool for a plan the cluster cannot run; a
     stage that does not fit its pool's memory is reported (``fits``), not raised.
     """
-    model = load_model(model) if isinstance(model, str) else model
-    if not isinstance(model, ModelSpec):
-        raise InputError("model", f"expected a model name, file or ModelSpec, got {type(model).__name__}",
-                         "e.g. 'llama3-70b' (paraplan models list)")
-    cluster = load_pooled_cluster(cluster) if isinstance(cluster, str) else cluster
-    if isinstance(cluster, ClusterSpec):        # one GPU kind: one pool of its max_gpus, as plan_heterogeneous
-        cluster = one_pool(cluster)
-    if not isinstance(cluster, PooledCluster):
-        raise InputError("cluster", f"expected a cluster name, file, PooledCluster or ClusterSpec, got "
-                         f"{type(cluster).__name__}", "e.g. load_pooled_cluster('a100-h100.yaml')")
+    model, cluster = model_and_pools(model, cluster)
     if not isinstance(plan, HeteroPlan):
         raise InputError("plan", f"expected a HeteroPlan, got {type(plan).__name__}",
                          "build one from ReplicaGroup / StagePlacement (simulator.heterogeneous)")
