@@ -903,11 +903,15 @@ def _not_empty(value: str | None, option: str, comma_list: bool = False) -> str 
               help="Compute the loss over chunks of N tokens (chunked / fused linear cross-entropy): only one chunk's "
                    "logits exist at a time; 0 = all at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print StepReport.as_dict() as JSON (SI units: seconds, bytes, FLOPs).")
+@click.option("--emit", type=click.Choice(["megatron", "torchtitan", "deepspeed"]), default=None,
+              help="Print this plan's launch instead of the report (Megatron-LM: env + flags; torchtitan 0.3.0: a "
+                   "config module; DeepSpeed 0.19.8: JSON, recipe on stderr), as `paraplan plan --emit` writes its "
+                   "plans; a plan the framework cannot run as given is refused in one line.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write the event-level pipeline timeline as a Chrome/Perfetto trace (JSON).")
 @click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), help="Draw the event-level pipeline timeline to an image (.png, .svg or .pdf).")
 @click.pass_context
-def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_path: str | None, plan_path: str | None,
-            groups: tuple[str, ...], headroom_gib: float | None, **opts) -> None:
+def command(ctx: click.Context, as_json: bool, emit: str | None, trace_path: str | None, gantt_path: str | None,
+            plan_path: str | None, groups: tuple[str, ...], headroom_gib: float | None, **opts) -> None:
     """How long one training step of MODEL takes on CLUSTER with this parallel plan, where the
     time goes, and whether it fits in memory.
 
@@ -933,6 +937,12 @@ def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_pat
     """
     from hardware_specs.catalog import is_pooled
     check_distinct_paths({"--trace": trace_path, "--gantt": gantt_path}, {"--plan": plan_path})
+    if emit is not None and as_json:
+        raise InputError("--emit", "prints the launch instead of the report, so --json would print nothing",
+                         "run --emit and --json as two commands")
+    if emit is not None and is_pooled(opts["cluster"]):
+        raise InputError("--emit", "exports a plan on one GPU kind; a pooled plan has no framework launch",
+                         "simulate one pool's plan with its degrees")
     if is_pooled(opts["cluster"]):
         _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_path, headroom_gib)
         return
@@ -950,7 +960,9 @@ def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_pat
     notes: list[str] = []
     if trace_path is not None or gantt_path is not None:
         notes = write_timelines(model, config, report, trace_path, gantt_path, cluster)
-    if as_json:
+    if emit is not None:
+        click.echo(emit_launch(report, model, cluster, opts["stack"], emit), nl=False)
+    elif as_json:
         click.echo(dump_json(json_dict(report, cluster, keep_gib, model)), nl=False)
     else:
         note = zero_source(opts["stack"], model, cluster, config) if opts["zero"] is None else ""
@@ -959,6 +971,31 @@ def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_pat
         click.echo(render(report, model, cluster, keep_gib, config, note, cp_note, etp_note), nl=False)
     for note in notes:
         click.echo(note, err=True)
+
+
+def emit_launch(report: StepReport, model: ModelSpec, cluster, stack: str, framework: str) -> str:
+    """The launch of exactly the plan ``report`` simulated, for ``framework`` (``paraplan.exports``):
+    the layout a user entered (a published run's degrees, stage layers, recomputation), not the
+    search's pick that ``plan --emit`` writes. A plan the framework cannot run as given raises the
+    export's ``InputError``; DeepSpeed's recipe, and a note when the plan was priced on another
+    framework's stack profile, go to stderr."""
+    from paraplan import exports
+    from paraplan.api import report_row
+    exports.check_hardware(cluster.gpu, framework)
+    spec = load_stack(stack)
+    row = report_row(report, model, cluster, spec.name)
+    row.update(model=model, gpus_per_host=cluster.launch_gpus_per_host)
+    note = ""
+    if spec.framework not in exports.STACK_FRAMEWORKS.get(framework, ()):
+        # the step printed in the header is the stack's behaviour, not the framework's
+        note = f"predicted on the {spec.name} stack profile ({spec.framework}), not {framework}'s"
+    text = exports.emit(row, framework, note=note)
+    if note:
+        click.echo(f"paraplan: {note}", err=True)
+    recipe = exports.launch_notes(row, framework, note)
+    if recipe:
+        click.echo(recipe, err=True, nl=False)
+    return text
 
 
 #: options that describe a one-kind plan; a pooled cluster's plan comes from --plan / --group
