@@ -51,7 +51,16 @@ prediction:
   have a twin and all 116 twins are the M-GPU expert-parallel worker), and the tp-form rows'
   own 2026-04-06 ids say ``tp8_ep8`` / ``tp4_ep4``.
   Such rows are read as tp / M (or attention DP / M), experts over M, the same clients
-  (``_squared_expert_layout``). Any other ``tp_size`` larger than the node is read as stated:
+  (``_squared_expert_layout``). Inside one node (experts 2 x 2 at tp 4) the squared form is a
+  valid layout and is read as stated, unless the row's family (backend, release, model, system)
+  also states a squared layout beyond the node: then its export squared every expert-parallel
+  worker (``_families_that_square``). The file's one such family, gpt-oss-120b on H200 under
+  TensorRT-LLM gpt-oss-dev, writes ``tp2_ep2`` in its ids as tp 4 with experts 2 x 2, and those
+  15 rows measure the TPOT of the stated-tp-2 rows of the same shape and load within 2.6% (5.90
+  against 5.85 ms at 4 clients, 14.12 against 14.07 at 64, 1,024 x 1,024), where its 4-GPU worker
+  (written tp 16) measures 16-35% less; SGLang's Qwen3.5-397B 2 x 2 rows on B300, whose family
+  squares nothing, measure 0-6% above the family's tp-4 rows (4 GPUs, read as stated).
+  Any other ``tp_size`` larger than the node is read as stated:
   attention tensor parallelism over tp GPUs of several nodes, its all-reduces crossing the
   NICs. A ``tp_size`` that does not divide the attention heads
   (24, 28, 36, 72 for DeepSeek's 128) cannot be a tensor-parallel split; such rows are skipped
@@ -424,17 +433,53 @@ def _vllm_data_parallel(backend, tp: float, adp: float, moe_tp: float, moe_ep: f
     return tp, moe_tp, moe_ep
 
 
+def _is_squared(tp: float, adp: float, moe_tp: float, moe_ep: float) -> bool:
+    """Whether a stated layout has the export's squared shape: moe_tp == moe_ep == M > 1,
+    tp x adp == M x M, one of tp / adp 1 (whether it is read so: ``_squared_expert_layout``)."""
+    m = moe_tp
+    return bool(m > 1 and moe_ep == m and tp * adp == m * m and min(tp, adp) == 1)
+
+
 def _squared_expert_layout(tp: float, adp: float, moe_tp: float, moe_ep: float,
-                           gpus_per_node: int) -> tuple[float, float, float, float]:
+                           gpus_per_node: int, family_squares: bool = False) -> tuple[float, float, float, float]:
     """(tp, adp, moe_tp, moe_ep) of an aggregated row whose stated layout is the squared form of
     a pure expert-parallel worker of M GPUs (see the module docstring): moe_tp == moe_ep == M > 1,
     tp x adp == M x M beyond one node, one of tp / adp 1 -> the M-GPU worker, tp (or adp) / M,
-    experts over M. Any other layout is returned as stated."""
+    experts over M. Inside one node only where ``family_squares``: the row's family (backend,
+    release, model, system) also states a squared layout beyond the node, so its export squared
+    every expert-parallel worker. Any other layout is returned as stated."""
     m = moe_tp
-    if (m > 1 and moe_ep == m and tp * adp == m * m and m * m > gpus_per_node
-            and min(tp, adp) == 1):
+    if _is_squared(tp, adp, moe_tp, moe_ep) and (m * m > gpus_per_node or family_squares):
         return (tp / m if tp > 1 else 1.0), (adp / m if adp > 1 else 1.0), 1.0, m
     return tp, adp, moe_tp, moe_ep
+
+
+def _families_that_square(df: pd.DataFrame) -> set[tuple]:
+    """(backend, backend_version, model_path, system) of the aggregated rows whose stated layout is
+    squared beyond one node (``_squared_expert_layout``): the families whose export squared its
+    expert-parallel workers, the in-node ones (experts 2 x 2 at tp 4) included."""
+    out: set[tuple] = set()
+    node_gpus: dict[str, int] = {}
+    for r in df.to_dict("records"):
+        if id_text(r.get("mode")).lower() != "agg":
+            continue
+        tp, adp = _deg(r.get("tp_size")), _deg(r.get("attention_dp_size"))
+        moe_tp, moe_ep = _expert_degrees(r.get("moe_tp_size"), r.get("moe_ep_size"), tp, adp)
+        if not _is_squared(tp, adp, moe_tp, moe_ep):
+            continue
+        key = id_text(r.get("system")).lower()
+        system = SYSTEMS.get(key) or (key if key in list_clusters() else None)
+        if system is None:
+            continue
+        if system not in node_gpus:
+            node_gpus[system] = load_cluster(system).gpus_per_node
+        if tp * adp > node_gpus[system]:
+            out.add(_family(r))
+    return out
+
+
+def _family(r: dict) -> tuple:
+    return tuple(id_text(r.get(c)) for c in ("backend", "backend_version", "model_path", "system"))
 
 
 def _layout_problem(model, tp, adp, moe_tp, moe_ep, prefix: str, pp: float = 1.0) -> str | None:
@@ -497,6 +542,7 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str], dict[str, ob
     stacks: dict[tuple, object] = {}
     models: dict[str, object] = {}
     clusters: dict[str, object] = {}
+    squaring = _families_that_square(df)
     for i, r in enumerate(df.to_dict("records")):
         problem = id_text(r.get(SHORT_ROW_COLUMN)) and id_text(r.get(SHORT_ROW_COLUMN)) + " (a damaged row)"
         problem = problem or _value_problem(r)
@@ -571,7 +617,8 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str], dict[str, ob
             if system not in clusters:
                 clusters[system] = load_cluster(system)
             stated_adp = adp
-            tp, adp, moe_tp, moe_ep = _squared_expert_layout(tp, adp, moe_tp, moe_ep, clusters[system].gpus_per_node)
+            tp, adp, moe_tp, moe_ep = _squared_expert_layout(tp, adp, moe_tp, moe_ep, clusters[system].gpus_per_node,
+                                                             _family(r) in squaring)
             batch = batch * stated_adp / adp      # the same clients over fewer attention-DP ranks
             if model.moe is None:
                 moe_tp, moe_ep = tp * adp, 1.0
