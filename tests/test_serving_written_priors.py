@@ -110,8 +110,9 @@ def test_h100_silicon_on_the_prior_gets_the_fitted_h100s_numbers_and_says_it_is_
     for k in ("ttft_ms", "ttft_p90_ms", "tpot_ms", "tokens_per_s_per_gpu", "decode_kernel_fixed_ms"):
         assert prior[k] == h100[k], k
     assert h100["efficiency_fitted"] is True and prior["efficiency_fitted"] is False
-    # hopper.yaml's in-sample vLLM agg TTFT error (30.9 -> 30.6 at the session-59 refit)
-    assert h100["validation_ttft_err_pct"] == 30.6 and math.isnan(prior["validation_ttft_err_pct"])
+    # hopper.yaml's in-sample vLLM agg TTFT error (30.9 -> 30.6 at the session-59 refit, 30.9 again
+    # at session 72's)
+    assert h100["validation_ttft_err_pct"] == 30.9 and math.isnan(prior["validation_ttft_err_pct"])
 
 
 def test_mi300x_against_h100_scales_with_its_datasheet_not_with_hand_set_factors(repro):

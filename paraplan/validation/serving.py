@@ -110,11 +110,11 @@ prediction:
   567 ms TTFT and 22.3 ms TPOT, would complete 528 / (0.567 + 999 x 0.0223) = 23.1 requests/s,
   whose prompts need 23.1 x 4,000 x 2 x 32.8e9 = 6.1 PFLOP/s of the 5 prefill GPUs: 61% of their
   9.9 PFLOP/s dense FP8 peak (5 x 1,978.9 TFLOP/s, ``hardware_specs/gpus/h100-sxm-80gb.yaml``),
-  and at the fitted Hopper prefill GEMM fraction (``gemm_peak_fraction`` 0.6321,
-  ``hardware_specs/serving_efficiency/hopper.yaml``) 6.1 / (9.9 x 0.6321) = 97% of what they
+  and at the fitted Hopper prefill GEMM fraction (``gemm_peak_fraction`` 0.637,
+  ``hardware_specs/serving_efficiency/hopper.yaml``) 6.1 / (9.9 x 0.637) = 96% of what they
   reach. Prefill GPUs that busy queue the prompts for many prefill times, yet the measured TTFT
-  is 2.7 one-prompt prefills (4,000 x 2 x 32.8e9 = 262 TFLOP over 1,978.9 x 0.6321 TFLOP/s =
-  210 ms). Qwen3-235B-A22B on vLLM at 4,000 x 1,000, 3 decode workers of tp 4 with batch 24:
+  is 2.7 one-prompt prefills (4,000 x 2 x 32.8e9 = 262 TFLOP over 1,978.9 x 0.637 TFLOP/s =
+  208 ms). Qwen3-235B-A22B on vLLM at 4,000 x 1,000, 3 decode workers of tp 4 with batch 24:
   24 requests x top-8 of 128 experts touch 128 x (1 - (120/128)^24) = 101 experts a layer, whose
   FP8 weights with the rest of the model are 47 GB a GPU at tp 4, 14 ms a step at 3.35 TB/s
   before any KV cache is read; the measured TPOT is 11.4 ms, so the decode batch was smaller.
