@@ -7,8 +7,8 @@ files, hardware / efficiency / stack values of finite but absurd magnitude (1e-3
 host times, denormal fractions), the layout fields' int64 edge, measurement shapes the ranks
 would refuse, non-numeric axes of numeric plots, every command's ``--help``, Hugging Face
 configs with a damaged ``rope_scaling`` (through ``simulate`` and the Megatron export's YaRN
-flags), ``plan --emit`` on odd shapes, gpt-oss served on GPUs without FP4 / FP8, and odd names
-for ``hardware stacks`` and ``models show``.
+flags), ``plan --emit`` and ``simulate --emit`` on odd shapes, gpt-oss served on GPUs without
+FP4 / FP8, and odd names for ``hardware stacks`` and ``models show``.
 
 Each generator returns ``(name, args, files)`` triples (``{tmp}`` is the case folder, in the
 arguments and in the files' text); ``test_fuzz.generate`` turns them into cases and judges
@@ -325,13 +325,19 @@ EMIT_SHAPES = [("gpt3-125m", "dgx-h100", 16, 32, ["--pp", "4", "--vpp", "3"]),
 
 
 def emit_cases(rng: random.Random) -> list[tuple]:
-    """``plan --emit megatron|torchtitan|deepspeed`` on the odd shapes of ``EMIT_SHAPES``."""
+    """``plan --emit megatron|torchtitan|deepspeed`` on the odd shapes of ``EMIT_SHAPES``, and
+    ``simulate --emit`` on the same shapes entered as plans."""
     combos = [(shape, framework) for shape in EMIT_SHAPES for framework in ("megatron", "torchtitan", "deepspeed")]
     out = []
     for (model, cluster, gpus, batch, extra), framework in rng.sample(combos, 8):
         out.append((f"plan {model} {' '.join(extra)} --emit {framework}",
                     ["plan", "-m", model, "-c", cluster, "-n", str(gpus), "--global-batch", str(batch), *extra,
                      "--emit", framework], {}))
+    for (model, cluster, gpus, batch, extra), framework in rng.sample(combos, 8):
+        # the same shapes entered by hand: ``simulate --emit`` writes the plan as given or refuses it
+        out.append((f"simulate {model} {' '.join(extra)} --emit {framework}",
+                    ["simulate", "-m", model, "-c", cluster, "--gpus", str(gpus), "--global-batch", str(batch),
+                     *extra, "--emit", framework], {}))
     return out
 
 

@@ -11,8 +11,8 @@ Face config, GPU and cluster files (mutated keys, YAML anchor bombs, python tags
 binary garbage); damaged validation CSVs; pipeline timelines (``--gantt`` / ``--trace``)
 with huge micro-batch counts; and, from ``fuzz_surfaces``, the serving commands, the sweep
 runner, pooled clusters' plans, the serving and Sailor validation files, hardware values of
-absurd magnitude, damaged ``rope_scaling`` blocks, ``plan --emit`` on odd shapes, gpt-oss on GPUs
-without FP4 / FP8, odd catalog names, and every command's ``--help``. Commands run through
+absurd magnitude, damaged ``rope_scaling`` blocks, ``plan --emit`` / ``simulate --emit`` on odd
+shapes, gpt-oss on GPUs without FP4 / FP8, odd catalog names, and every command's ``--help``. Commands run through
 click's ``CliRunner`` (no process start per input); an input may use ``PER_INPUT_S`` CPU
 seconds, and a SIGALRM timer stops one still running after ``HANG_S`` wall seconds and counts
 it as a hang.
