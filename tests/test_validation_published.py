@@ -12,6 +12,9 @@ their columns, and counts are lower bounds, so rows added to the shared file are
 """
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
 import pytest
 
 from paraplan.validation.published import TIME_METRICS, read_runs, speed_error, summarize, validate_rows
@@ -31,9 +34,12 @@ def _mean_abs_pct(rows):
     return float((rows.rel_error.abs() * 100).mean())
 
 
+def _korthikanti_steps(results):
+    return results.id.str.startswith("KOR22-T5") & results.id.str.endswith("iter_time_s")
+
+
 def test_korthikanti_step_times_stay_within_bound(results):
-    ok = results[(results.status == "ok") & results.id.str.startswith("KOR22-T5")
-                 & results.id.str.endswith("iter_time_s")]
+    ok = results[(results.status == "ok") & _korthikanti_steps(results)]
     assert len(ok) >= 8
     # the issue's target is 3% mean / 6% worst, met (2.7% / 5.8%) until the 28 BLOOM
     # preliminary runs (Megatron-DeepSpeed 2022, predicted 17% fast) joined the Ampere fit and
@@ -62,8 +68,12 @@ def test_korthikanti_step_times_stay_within_bound(results):
     assert float((ok.rel_error.abs() * 100).max()) <= 10.0
 
 
+def _bloom(results):
+    return results.source.isin(["BLOOMPRE", "BLOOM176"])
+
+
 def test_bloom_runs_on_jean_zay_stay_within_bound(results):
-    ok = results[(results.status == "ok") & results.source.isin(["BLOOMPRE", "BLOOM176"])]
+    ok = results[(results.status == "ok") & _bloom(results)]
     assert len(ok) >= 32
     # on a DGX A100's 200 Gb/s per GPU these rows were 15.1% / 13.2% off (BLOOMPRE / BLOOM176,
     # all fast); on Jean Zay's own fabric (4 x 100 Gb/s Omni-Path per 8-GPU node, the cluster
@@ -76,9 +86,26 @@ def test_bloom_runs_on_jean_zay_stay_within_bound(results):
     assert _mean_abs_pct(ok) <= 9.5
 
 
+#: the runs of Narayanan et al. 2021 (arXiv 2104.04473) the bounds below were set on: Table 1's ten
+#: weak-scaling runs and Table 2's PTD and ZeRO-3 runs at the GPU counts the paper gives. Named,
+#: not selected by source: rows of this source in other layouts (a later transcription's other
+#: micro-batches or scales) share its source, framework release and GPU, and entering these
+#: bounds would move a mean measured on these 22; they are bounded where their columns put them
+#: (the dense rows' bound) or by test_rows_no_bound_claims_are_predicted_or_say_why
+NAR21_TABLE_RUNS = frozenset(
+    [f"NAR21-T1-{size}" for size in ("1.7B", "3.6B", "7.5B", "18B", "39B", "76B", "145B", "310B", "530B", "1T")]
+    + [f"NAR21-T2-{kind}-174.6B-{n}" for kind in ("ptd", "zero3") for n in (384, 768, 1536)]
+    + [f"NAR21-T2-ptd-529.6B-{n}" for n in (560, 1120, 2240)]
+    + [f"NAR21-T2-zero3-529.6B-{n}" for n in (640, 1120, 2240)])
+
+
+def _narayanan_tables(results):
+    return (results.source == "NAR21") & results.run_id.isin(NAR21_TABLE_RUNS)
+
+
 def test_narayanan_tables_stay_within_bound(results):
-    ok = results[(results.status == "ok") & (results.source == "NAR21")]
-    assert len(ok) >= 22
+    ok = results[(results.status == "ok") & _narayanan_tables(results)]
+    assert len(ok) == 22
     zero3 = ok[ok.id.str.contains("zero3")]
     megatron = ok[~ok.id.str.contains("zero3")]
     # Megatron-LM's own rows (Table 1, Table 2 PTD); the issue's target is 6%
@@ -108,15 +135,21 @@ def test_narayanan_tables_stay_within_bound(results):
     assert _mean_abs_pct(ok) <= 6.0
 
 
-def test_dense_rows_with_their_fields_are_predicted(results):
-    dense = results[results.gpu_profile.isin(DENSE_GPUS) & ~_is_vtrain_single_node(results)]
-    unpredictable = dense.reason.str.contains("needed field|gpu_profile|metric|convention|preset|ep > 1", regex=True)
+def _dense_modelable(results):
+    """Dense-GPU rows (not vTrain's single-node ones) that state what a prediction needs."""
+    dense = results.gpu_profile.isin(DENSE_GPUS) & ~_is_vtrain_single_node(results)
+    unpredictable = results.reason.fillna("").str.contains(
+        "needed field|gpu_profile|metric|convention|preset|ep > 1", regex=True)
     # rows whose whole architecture came from a preset (the row states no layers / hidden /
     # heads); not rows that took only details (norm, biases, vocab) or a release's recompute /
     # ZeRO setting from one: matching any "preset" had shrunk this set to 222 rows once those
     # assumptions were written out (seventeenth round)
-    from_preset = dense.assumptions.fillna("").str.contains(r"(?:^|; )architecture from preset", regex=True)
-    modelable = dense[~unpredictable & ~from_preset]
+    from_preset = results.assumptions.fillna("").str.contains(r"(?:^|; )architecture from preset", regex=True)
+    return dense & ~unpredictable & ~from_preset
+
+
+def test_dense_rows_with_their_fields_are_predicted(results):
+    modelable = results[_dense_modelable(results)]
     assert len(modelable) >= 300
     assert (modelable.status == "ok").mean() >= 0.90      # measured 372/372 (2026-12-03)
     assert _mean_abs_pct(modelable[modelable.status == "ok"]) <= 10.0   # the target; measured 5.82%
@@ -144,10 +177,13 @@ def _with_columns(results):
     return results.merge(cols, on="id")
 
 
+def _moe(r):
+    return (r.id.str.startswith("MBRIDGE") & r.moe_experts.notna()) | (r.id.str.startswith("DGXC2411") & r.id.str.contains("grok"))
+
+
 def test_moe_rows_are_predicted_within_bound(results):
     r = _with_columns(results)
-    moe = r[(r.id.str.startswith("MBRIDGE") & r.moe_experts.notna())
-            | (r.id.str.startswith("DGXC2411") & r.id.str.contains("grok"))]
+    moe = r[_moe(r)]
     ok = moe[moe.status == "ok"]
     assert len(moe) >= 53
     assert len(ok) >= 0.8 * len(moe)          # measured 48/53
@@ -163,18 +199,25 @@ def test_moe_rows_are_predicted_within_bound(results):
     assert _mean_abs_pct(ok) <= 12.5
 
 
+def _context_parallel(r):
+    return r.id.str.startswith("NEMOLS") | (r.cp.fillna(1) > 1)
+
+
 def test_context_parallel_rows_are_predicted_within_bound(results):
     r = _with_columns(results)
-    cp = r[r.id.str.startswith("NEMOLS") | (r.cp.fillna(1) > 1)]
+    cp = r[_context_parallel(r)]
     ok = cp[cp.status == "ok"]
     assert len(ok) >= 70                      # measured 77 of 87
     assert _mean_abs_pct(ok) <= 10.0          # measured 7.55%
 
 
+def _low_precision(r):
+    return r.dtype_norm.isin(["fp8", "mxfp8", "nvfp4"]) & r.gpu_profile.isin(["h100-sxm-80gb", "b200", "b300", "gb200", "gb300"])
+
+
 def test_low_precision_rows_are_predicted_within_bound(results):
     r = _with_columns(results)
-    lp = r[r.dtype_norm.isin(["fp8", "mxfp8", "nvfp4"])
-           & r.gpu_profile.isin(["h100-sxm-80gb", "b200", "b300", "gb200", "gb300"])]
+    lp = r[_low_precision(r)]
     ok = lp[lp.status == "ok"]
     assert len(ok) >= 275                     # measured 285 (265 + the 20 Nemotron 3 Nano rows)
     # the issue's target is 12%: measured 9.27% (10.94% before FP8 current scaling's and the
@@ -185,6 +228,10 @@ def test_low_precision_rows_are_predicted_within_bound(results):
     assert _mean_abs_pct(ok) <= 12.0
 
 
+def _hybrid(r):
+    return r.model.fillna("").str.startswith("Nemotron_3_Nano")
+
+
 def test_hybrid_mamba_moe_rows_are_predicted_within_bound(results):
     # Nemotron 3 Nano (Megatron-Bridge tables, 8-16 GPUs, EP 8): every row predicted, its
     # TFLOP/s rows by Megatron-Bridge's hybrid FLOP count; measured 8.58% mean, worst 24.3%:
@@ -192,7 +239,7 @@ def test_hybrid_mamba_moe_rows_are_predicted_within_bound(results):
     # per-expert launches and current scaling's quantisation kernels are counted and Hopper's
     # refit per-kernel time is 25 us (4.16% before, with 40 us and fewer kernels)
     r = _with_columns(results)
-    hybrid = r[r.model.fillna("").str.startswith("Nemotron_3_Nano")]
+    hybrid = r[_hybrid(r)]
     ok = hybrid[hybrid.status == "ok"]
     assert len(hybrid) >= 20
     assert len(ok) == len(hybrid)             # measured 20 of 20
@@ -363,3 +410,33 @@ def test_rows_on_an_unfitted_efficiency_prior_say_so_in_the_rows_and_the_table(t
             and "unfitted efficiency prior" in table), table
     header = next(csv_module.reader(io.StringIO(cli("--csv"))))
     assert "efficiency_fitted" in header
+
+
+#: every row set a bound above claims (each selects on the results joined with the file's columns)
+BOUNDED_ROW_SETS = (_korthikanti_steps, _bloom, _narayanan_tables, _dense_modelable, _is_vtrain_single_node,
+                    _moe, _context_parallel, _low_precision, _hybrid)
+
+
+def test_rows_no_bound_claims_are_predicted_or_say_why(results):
+    """The rows outside every bounded set above: those of the sources no bound names (GPT-3,
+    PaLM, MT-NLG, ...) and what the shared file gains between sessions (a new source, a GPU with
+    no profile yet, another layout of a named source). Each is predicted, finite and positive,
+    or skipped with its reason; together they stay within a loose bound, so new data is checked
+    the day it arrives without entering a bound set on other rows. Measured (session 72, the
+    committed model, the shared file): 121 such rows, 21 predicted at 13.8% mean |error| (worst
+    51.3%, GPT-OSS 120B BF16 on B300 under Megatron-Bridge 26.02, its TFLOP/s rows skipped for
+    their convention), 100 skipped (no precision on an FP8-capable GPU, no GPU profile, an
+    unconvertible FLOP count, an inference metric). With 60 synthetic rows added to a copy
+    (another layout of four named sources, a new source, a Megatron-Bridge release, MI300A runs)
+    the predicted ones fall in the sets above and the MI300A rows are skipped here, no profile."""
+    r = _with_columns(results)
+    claimed = pd.concat([select(r) for select in BOUNDED_ROW_SETS], axis=1).any(axis=1)
+    rest = r[~claimed]
+    ok = rest[rest.status == "ok"]
+    skipped = rest[rest.status != "ok"]
+    assert len(ok) + len(skipped) == len(rest) >= 1
+    assert (skipped.reason.str.len() > 10).all()
+    assert np.isfinite(ok.predicted.astype(float)).all() and (ok.predicted.astype(float) > 0).all()
+    # a loose bound, 35%: the unfitted priors and unprofiled releases these rows may rest on
+    # are expected to be off by more than the fitted sets' 3-13%, not by a factor
+    assert ok.empty or _mean_abs_pct(ok) <= 35.0, ok.assign(e=ok.rel_error * 100)[["id", "e"]].to_string()
