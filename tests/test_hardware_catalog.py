@@ -16,7 +16,7 @@ from hardware_specs import catalog
 from hardware_specs.catalog import list_clusters, list_gpus, load_cluster, load_gpu
 from cli_results import completed
 from hardware_specs.errors import InputError
-from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file
+from paraplan.validation.datasets import BUNDLED_DIR, PUBLISHED_RUNS, validation_file
 
 GIB = 2**30
 VALIDATION_DIR = validation_file(PUBLISHED_RUNS).parent
@@ -86,13 +86,26 @@ def test_canonical_names_of_validation_readme_all_exist():
         assert load_gpu(name).name == name
 
 
+def _gpu_profiles(path: Path) -> set[str]:
+    with path.open(newline="") as f:
+        return {row["gpu_profile"] for row in csv.DictReader(f) if row["gpu_profile"]}
+
+
 def test_every_gpu_profile_of_published_runs_exists():
+    """Every GPU the bundled rows name (the rows the accuracy bounds were set on; the shared copies
+    of them are kept unchanged by test_bundled_data) has a profile. A GPU the shared file names
+    since is not a failure: its rows are skipped by ``validate published`` with "no GPU profile",
+    and this test skips, naming it, until its datasheet is added as hardware_specs/gpus/<name>.yaml."""
+    known = set(list_gpus())
+    claimed = _gpu_profiles(BUNDLED_DIR / PUBLISHED_RUNS)
+    assert claimed and claimed <= known
     runs = VALIDATION_DIR / "published_runs.csv"
     if not runs.is_file():
         pytest.skip("../shared/validation/published_runs.csv not present")
-    with runs.open(newline="") as f:
-        profiles = {row["gpu_profile"] for row in csv.DictReader(f) if row["gpu_profile"]}
-    assert profiles and profiles <= set(list_gpus())
+    new = _gpu_profiles(runs) - known
+    if new:
+        pytest.skip(f"published_runs.csv names GPU profile(s) with no hardware profile yet: {', '.join(sorted(new))} "
+                    "(their rows are skipped with the reason; add hardware_specs/gpus/<name>.yaml from the datasheet)")
 
 
 # --- datasheet values -----------------------------------------------------------------------
