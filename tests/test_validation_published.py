@@ -8,7 +8,10 @@ rows with their own fields 6.31%, vTrain single-node 8.66%, MoE rows 9.01%, cont
 rows 7.66%, FP8/MXFP8/NVFP4 rows 11.52%; after the deduplicated MoE dispatch and the NeMo
 long-sequence B200 rows joined the Blackwell fit). The issue targets: KOR22 <= 3% mean and 6% worst,
 NAR21 <= 6%, dense rows <= 10%, MoE, CP and low precision <= 12%. Row sets are selected by
-their columns, and counts are lower bounds, so rows added to the shared file are bounded too.
+their columns, and counts are lower bounds, so rows added to the shared file are bounded too;
+where rows of a named source in another layout would enter a bound set on its own rows (the
+Narayanan tables), the bound names the runs it was set on, and the rows no bound claims have a
+loose bound of their own (test_rows_no_bound_claims_are_predicted_or_say_why).
 """
 from pathlib import Path
 
