@@ -37,13 +37,21 @@ def _mean_abs_pct(rows):
     return float((rows.rel_error.abs() * 100).mean())
 
 
+#: Korthikanti et al. 2022 (arXiv 2205.05198) Table 5: the step times of the 22B, 175B, 530B and
+#: 1T models with full recomputation and with selective recomputation + sequence parallelism, the
+#: eight runs the bound below was set on; named, as the Narayanan runs are, so that another layout
+#: of this source entering the shared file is bounded by the dense rows' or the unclaimed rows' test
+KOR22_TABLE5_STEPS = frozenset(f"KOR22-T5-{size}-{kind}:iter_time_s"
+                               for size in ("22B", "175B", "530B", "1T") for kind in ("full", "selsp"))
+
+
 def _korthikanti_steps(results):
-    return results.id.str.startswith("KOR22-T5") & results.id.str.endswith("iter_time_s")
+    return results.id.isin(KOR22_TABLE5_STEPS)
 
 
 def test_korthikanti_step_times_stay_within_bound(results):
     ok = results[(results.status == "ok") & _korthikanti_steps(results)]
-    assert len(ok) >= 8
+    assert len(ok) == 8
     # the target is 3% mean / 6% worst, met (2.7% / 5.8%) until the 28 BLOOM
     # preliminary runs (Megatron-DeepSpeed 2022, predicted 17% fast) joined the Ampere fit and
     # pulled its 16-bit GEMM plateau from 0.79 to 0.75 (5.74% / 11.0%); the fitter run to its
