@@ -1,6 +1,7 @@
 """Text for a heterogeneous search: a plan's layout on one line, and where the time goes per pool."""
 from __future__ import annotations
 
+from planners.hetero_idle import idle_lines
 from simulator.heterogeneous.plan import HeteroPlan
 from simulator.heterogeneous.report import POOL_TIME_PARTS, HeteroReport
 
@@ -102,6 +103,7 @@ def explain_text(result) -> str:
     out.append(pool_table(rep).rstrip())
     out.append("")
     out += ["why: " + line for line in _why(result)]
+    out += ["idle: " + line for line in idle_lines(result.pool_use)]
     if result.prior_pools:
         out.append(f"note: numbers on {', '.join(result.prior_pools)} rest on an unfitted efficiency prior")
     return "\n".join(out) + "\n"

@@ -20,6 +20,7 @@ from typing import Mapping, Sequence
 
 from hardware_specs.pools import Pool
 from simulator.heterogeneous.plan import HeteroPlan, ReplicaGroup
+from simulator.heterogeneous.shares import per_replica
 
 
 def place(plan: HeteroPlan, members: Mapping[str, Sequence[Pool]]) -> list[list[tuple[str, ...]]]:
@@ -47,14 +48,6 @@ def place(plan: HeteroPlan, members: Mapping[str, Sequence[Pool]]) -> list[list[
             reps.append(tuple(where))
         out.append(reps)
     return out
-
-
-def per_replica(replicas: int, busiest: int, total: int) -> list[int]:
-    """Micro-batches of each replica of a group whose busiest replica runs ``busiest`` and which
-    runs ``total`` in all (the shares differ by at most one inside a group: the first replicas
-    take the extra ones)."""
-    n_busy = total - replicas * (busiest - 1)
-    return [busiest if r < n_busy else busiest - 1 for r in range(replicas)]
 
 
 def splits(placements: list[list[tuple[str, ...]]]) -> bool:

@@ -38,6 +38,7 @@ from hardware_specs.pools import Pool, PooledCluster
 from hardware_specs.stack_spec import StackSpec
 from model_specs.model_spec import ModelSpec
 from planners import hetero_candidates as cand
+from planners import hetero_idle
 from planners import hetero_options as opts
 from planners import hetero_unmerge as unmerge
 from planners.hetero_explain import explain_text, layout_text
@@ -123,6 +124,8 @@ class HeteroPlanResult:
     mfu_reference_dtype: str = "bf16"
     row_plans: tuple = field(default=(), repr=False)
     pool_only: Mapping = field(default_factory=dict, repr=False)
+    #: per pool of the file: GPUs the best plan uses, the idle rest and why (``hetero_idle.pool_use``)
+    pool_use: tuple = field(default=())
 
     def row_plan(self, i: int) -> tuple[HeteroPlan, PooledCluster]:
         """Row ``i`` of ``plans`` as a plan and the pools of the file it runs on (a plan found on
@@ -762,7 +765,11 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         fastest_pool=fastest.name, largest_pool=largest.name, fastest_only=pairs[fastest.name],
         largest_only=pairs[largest.name], evaluated=evaluated, wall_s=time.perf_counter() - t0,
         prior_pools=tuple(p.name for p, e in zip(cluster.pools, effs_all) if e.is_prior), row_plans=tuple(refs),
-        pool_only=pairs, mfu_reference_dtype=reference_name(p.cluster.gpu for p in cluster.pools))
+        pool_only=pairs, mfu_reference_dtype=reference_name(p.cluster.gpu for p in cluster.pools),
+        pool_use=hetero_idle.pool_use(
+            cluster, best_plan, best_report, scored, gbs,
+            lambda s, plan: simulate_heterogeneous(model, s.cluster, plan, _eff_map(s.cluster, cluster, effs_all)),
+            plan_from_layout, layout_text))
     return replace(result, explain=explain_text(result))
 
 
@@ -788,7 +795,7 @@ def _on_file_pools(model: ModelSpec, s: Scored, plan: HeteroPlan, full: PooledCl
         first = {p.name: s.members[p.name][0].name if p.name in s.members else p.name for p in s.cluster.pools}
         merged = simulate_heterogeneous(model, s.cluster, plan, {m: effs_all[full.pool_names.index(n)]
                                                                  for m, n in first.items()})
-        counts = [(g["micro_batches"], g["micro_batches_total"]) for g in merged.groups]
+        counts = [(g["micro_batches_busiest_replica"], g["micro_batches_total"]) for g in merged.groups]
     real = unmerge.unmerged(plan, placements, counts)
     used = set(real.pools_used())
     pools = full.subset([n for n in full.pool_names if n in used])

@@ -484,7 +484,8 @@ def test_pooled_simulate_group_table_says_micro_batches_is_the_busiest_replicas(
     r = run("simulate", "-m", "llama3-70b", "-c", MIXED, "--global-batch", "512", "--group", "16x h100:tp8:pp2",
             "--group", "8x a100:tp8:pp4", "--zero", "1", "--sequence-parallel")
     assert r.exit_code == 0, r.output
-    assert "replica groups (micro_batches: the busiest replica's; a group's replicas differ by at most one)" in r.stdout
+    assert ("replica groups (micro_batches_busiest: the busiest replica's, which sets the group's time; a group's "
+            "replicas differ by at most one)") in r.stdout
     rows = r.stdout.split("\nreplica groups")[1].split("\n\n")[0].splitlines()[3:]
     groups = [[int(x) for x in line.split()[:5]] for line in rows]
     assert sum(total for *_, total in groups) == 512

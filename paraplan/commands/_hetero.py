@@ -237,11 +237,12 @@ def render_report(report: HeteroReport, model: ModelSpec, cluster: PooledCluster
                             [f"mfu_{report.mfu_reference_dtype}_pct", f"{100 * report.mfu_reference:.1f}"]],
                            ["metric", "value"], align="lr", indent="  ").rstrip(),
               # a group's replicas may run one micro-batch more than others (the shares): the column
-              # is the busiest replica's, so replicas x micro_batches can exceed the total beside it
-              "", "replica groups (micro_batches: the busiest replica's; a group's replicas differ by at most one)"]
-    rows = [[i, g["replicas"], g["stages"], g["micro_batches"], g["micro_batches_total"], f"{g['slowest_stage_s'] * 1e3:.2f}",
+              # is the busiest replica's, so replicas x micro_batches_busiest can exceed the total beside it
+              "", "replica groups (micro_batches_busiest: the busiest replica's, which sets the group's time; a group's "
+                  "replicas differ by at most one)"]
+    rows = [[i, g["replicas"], g["stages"], g["micro_batches_busiest_replica"], g["micro_batches_total"], f"{g['slowest_stage_s'] * 1e3:.2f}",
              f"{g['pipeline_s']:.4f}"] for i, g in enumerate(report.groups)]
-    lines.append(format_table(rows, ["group", "replicas", "stages", "micro_batches", "micro_batches_total",
+    lines.append(format_table(rows, ["group", "replicas", "stages", "micro_batches_busiest", "micro_batches_total",
                                      "slowest_stage_ms", "pipeline_s"], indent="  ").rstrip())
     lines += ["", "stages (per micro-batch; memory per GPU at the stage's peak)"]
     rows = [[st.group, st.stage, st.pool, st.tp, st.layers, f"{st.stage_time_s * 1e3:.2f}", f"{st.compute_s * 1e3:.2f}",
@@ -310,6 +311,8 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool, r
             "largest_pool_only": (_fitted_plan_dict(*result.largest_only, result.seq_len) if result.largest_only
                                   else None),
             "plans": table.to_dict("records"),
+            # the best plan's GPUs per pool, the idle rest, why and the fix (``planners.hetero_idle``)
+            "pool_use": [dict(r) for r in result.pool_use],
             "efficiency_prior_pools": list(result.prior_pools),
         }
         if explain:

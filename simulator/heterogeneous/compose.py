@@ -461,6 +461,9 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
         "row_activations_bytes": activations, "row_logits_bytes": logits,
         "row_allocator_bytes": mem - tensors,
         "row_pool": pool,
+        # (P, pools): GPUs each plan places on each pool (``n_gpus`` split by pool)
+        "pool_gpus": np.stack([np.bincount(plan_of_row, weights=gpus_row * (pool == i), minlength=P)
+                               for i in range(len(cluster.pools))], axis=1) if P else np.zeros((0, len(cluster.pools))),
     }
     return out
 

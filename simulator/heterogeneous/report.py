@@ -9,6 +9,7 @@ from hardware_specs.mfu_reference import reference_name
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
 from simulator.heterogeneous.plan import HeteroPlan
+from simulator.heterogeneous.shares import per_replica
 from simulator.report import MEMORY_PARTS, TIME_PARTS
 
 #: where a pool's step goes, in the order printed; they sum to the step time.
@@ -27,7 +28,7 @@ class StageReport:
     tp: int
     layers: int
     replicas: int
-    micro_batches: int
+    micro_batches_busiest_replica: int    # per step, on the group's busiest replica
     stage_time_s: float
     compute_s: float
     recompute_s: float
@@ -71,8 +72,9 @@ class HeteroReport:
         step_time_s: seconds per optimizer step; time_breakdown_s: its parts (``TIME_PARTS``)
             on the critical group's slowest stage, summing to the step.
         plan: the plan with every group's micro-batches set (the shares, when it left them open).
-        groups: per group: replicas, stages, micro_batches (busiest replica), micro_batches_total,
-            pipeline_s, slowest_stage_s.
+        groups: per group: replicas, stages, micro_batches_per_replica (one count per replica;
+            they differ by at most one), micro_batches_busiest_replica (the largest, which sets
+            the group's pipeline time), micro_batches_total, pipeline_s, slowest_stage_s.
         stages, pools: per stage and per pool detail; fits: every stage fits its pool's HBM.
         prior_pools: pools whose efficiency model is an unfitted prior.
     """
@@ -132,8 +134,9 @@ def build_report(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan, eff
     filled = plan.with_micro_batches(m_busiest) if any(g.micro_batches is None for g in plan.groups) else plan
     if filled is not plan and not np.allclose(m_total, m_busiest * np.array([g.replicas for g in plan.groups])):
         filled = plan   # uneven replicas inside a group: keep the plan as given, counts in ``groups``
-    groups = tuple({"replicas": g.replicas, "stages": g.pp, "micro_batches": int(m_busiest[i]),
-                    "micro_batches_total": int(m_total[i]), "pipeline_s": float(out["group_pipeline_s"][i]),
+    groups = tuple({"replicas": g.replicas, "stages": g.pp,
+                    "micro_batches_per_replica": per_replica(g.replicas, int(m_busiest[i]), int(m_total[i])),
+                    "micro_batches_busiest_replica": int(m_busiest[i]), "micro_batches_total": int(m_total[i]), "pipeline_s": float(out["group_pipeline_s"][i]),
                     "slowest_stage_s": float(out["group_slowest_stage_s"][i])}
                    for i, g in enumerate(plan.groups))
     stages = []
@@ -147,7 +150,7 @@ def build_report(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan, eff
                          "allocator_bytes": out["row_allocator_bytes"][r]}
             stages.append(StageReport(
                 group=gi, stage=si, pool=st.pool, gpu=pool.cluster.gpu.name, tp=st.tp, layers=st.layers,
-                replicas=g.replicas, micro_batches=int(m_busiest[gi]), stage_time_s=float(out["row_stage_s"][r]),
+                replicas=g.replicas, micro_batches_busiest_replica=int(m_busiest[gi]), stage_time_s=float(out["row_stage_s"][r]),
                 compute_s=float(out["row_compute_s"][r]), recompute_s=float(out["row_recompute_s"][r]),
                 tp_comm_exposed_s=float(out["row_tp_s"][r]), pp_comm_s=float(out["row_p2p_s"][r]),
                 dp_comm_exposed_s=float(out["row_dp_exposed_s"][r]), optimizer_s=float(out["row_optimizer_s"][r]),
@@ -161,8 +164,8 @@ def build_report(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan, eff
         used = plan.gpus_on(pool.name)
         if not mine:
             continue
-        busiest = max(mine, key=lambda s: s.micro_batches * s.stage_time_s)
-        m = busiest.micro_batches
+        busiest = max(mine, key=lambda s: s.micro_batches_busiest_replica * s.stage_time_s)
+        m = busiest.micro_batches_busiest_replica
         t = {"compute_s": m * busiest.compute_s, "recompute_s": m * busiest.recompute_s,
              "tp_comm_exposed_s": m * busiest.tp_comm_exposed_s, "pp_comm_s": m * busiest.pp_comm_s}
         t["dp_comm_exposed_s"] = max(s.dp_comm_exposed_s for s in mine)

@@ -36,6 +36,14 @@ from __future__ import annotations
 import numpy as np
 
 
+def per_replica(replicas: int, busiest: int, total: int) -> list[int]:
+    """Micro-batches of each replica of a group whose busiest replica runs ``busiest`` and which
+    runs ``total`` in all (the greedy fills a group level by level, so its replicas differ by at
+    most one; the first replicas take the extra ones)."""
+    n_busy = total - replicas * (busiest - 1)
+    return [busiest if r < n_busy else busiest - 1 for r in range(replicas)]
+
+
 def balanced_shares(plan, d, fill, t, M) -> np.ndarray:
     """(G,) real micro-batches per replica that finish every group of a plan together (module
     doc), at least one each. All (G,) arrays but ``M`` (P,); seconds for ``fill`` and ``t``."""
