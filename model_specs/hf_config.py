@@ -10,6 +10,8 @@ Supported ``model_type`` families and the keys read (names as in ``transformers`
 - every RoPE family above: partial_rotary_factor (the share of each head RoPE rotates), rope_theta,
   rope_scaling, or transformers v5's rope_parameters (which holds all three) in its place.
 - gpt2, opt, bloom, gpt_neox (plain two-matrix MLP): each family's own key names.
+- gptj, falcon (and its first names RefinedWeb / RefinedWebModel), phi, cohere: the parallel
+  attention + MLP block, each family's keys (``hf_parallel_families``).
 - mpt: llm-foundry's keys, attn_config (attn_type, kv_n_heads, alibi, rope, rope_theta, sliding_window_size) and
   ffn_config (ffn_type mptmlp / mptglu / te_ln_mlp, ffn_hidden_size, ffn_act_fn) included (``hf_families._mpt``).
 - mixtral: + num_local_experts, num_experts_per_tok.
@@ -51,12 +53,14 @@ from typing import Any
 from hardware_specs.errors import InputError, not_a_file, safe_name
 from model_specs.hf_config_fields import MAX_DEFAULT_SEQ_LEN, ConfigReader, dropout_fields, read_json, rope_fields
 from model_specs.hf_families import FAMILIES as _FAMILIES
+from model_specs.hf_parallel_families import FAMILIES as _PARALLEL_FAMILIES
 from model_specs.hf_qwen_next import FAMILIES as _QWEN_NEXT_FAMILIES
 from model_specs.hf_quantization import checkpoint_formats
 from model_specs.model_spec import ModelSpec
 
-#: model_type -> builder: ``hf_families``'s and the hybrid linear-attention Qwens (``hf_qwen_next``)
-FAMILIES = {**_FAMILIES, **_QWEN_NEXT_FAMILIES}
+#: model_type -> builder: ``hf_families``'s, the hybrid linear-attention Qwens (``hf_qwen_next``) and
+#: the parallel-block families GPT-J, Falcon, Phi and Cohere (``hf_parallel_families``)
+FAMILIES = {**_FAMILIES, **_QWEN_NEXT_FAMILIES, **_PARALLEL_FAMILIES}
 
 __all__ = ["model_from_hf_config", "is_hf_config", "supported_model_types", "read_json", "checkpoint_formats",
            "MAX_DEFAULT_SEQ_LEN"]
@@ -65,8 +69,9 @@ __all__ = ["model_from_hf_config", "is_hf_config", "supported_model_types", "rea
 #: the config keys that state the longest context, as vLLM reads them (vllm/config/model.py
 #: ``_get_and_verify_max_len`` possible_keys: max_position_embeddings for OPT and most families,
 #: n_positions for GPT-2, max_seq_len for MPT, seq_length for ChatGLM2, then max_sequence_length,
-#: max_seq_length, seq_len), the smallest stated one winning. Not read: model_max_length (Command-R,
-#: which vLLM lets override the others) and Whisper's max_target_positions, no family here has them.
+#: max_seq_length, seq_len), the smallest stated one winning. Not read: model_max_length (Command-R's
+#: 131072 beside max_position_embeddings 8192: vLLM derives its default length from the latter and
+#: only lets a user's --max-model-len go up to the former) and Whisper's max_target_positions.
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length",
                 "max_seq_length", "seq_len")
 
