@@ -203,3 +203,27 @@ def test_serve_simulate_runs_falcon_40b_and_command_r(name):
                  "--isl", 1024, "--osl", 512)
     assert result.exit_code == 0, result.output
     assert "tpot_ms" in result.output
+
+
+def test_palm_540b_has_table_1s_540_35b_parameters():
+    """Chowdhery et al. 2022, Table 1: 540.35B. The weight matrices and the shared embedding give
+    540,354,281,472 (540.35B); total_params adds two 18,432-wide norm vectors a layer and the final
+    one (4,368,384), 540.36B."""
+    palm = load_model("palm-540b")
+    h, layers = 18432, 118
+    matrices = layers * (2 * h * 48 * 256 + 2 * h * 1 * 256 + 3 * h * 4 * h) + 256000 * h
+    assert matrices == 540_354_281_472 and round(matrices / 1e9, 2) == 540.35
+    assert total_params(palm) == matrices + layers * 2 * h + h == 540_358_649_856
+    assert (palm.parallel_attention_mlp, palm.parallel_shared_norm, palm.num_kv_heads, palm.head_dim,
+            palm.tied_embeddings, palm.linear_bias) == (True, True, 1, 256, True, False)
+
+
+def test_palm_simulates_on_a_layout_its_one_key_value_head_allows():
+    # no catalog stack replicates key/value heads over tp (kv_head_replication off in every
+    # stack file), so one head leaves tp 1; paraplan plan's best H100 layout runs and fits
+    args = ("-m", "palm-540b", "-c", "dgx-h100", "-n", 3072, "--pp", 64, "--cp", 8, "--global-batch", 1536,
+            "--zero", 1, "--no-sequence-parallel")
+    result = run("simulate", *args)
+    assert result.exit_code == 0 and "fits: yes" in result.output, result.output
+    one_line_error(run("simulate", *args[:6], "--tp", 8, "--pp", 8, "--global-batch", 1536),
+                   "error: tp: tp=8 is more than the 1 key/value heads of palm-540b")

@@ -39,6 +39,7 @@ NO_PUBLIC_CONFIG = {
     "nemotron-22b": "NeMo-Framework-Launcher training config, no released checkpoint",
     "nemotron-4-15b": "weights not released",
     "nemotron-4-340b": "released as a NeMo checkpoint without a Hugging Face config.json",
+    "palm-540b": "weights not released (Chowdhery et al. 2022 state the 2,048-token training sequence only)",
 }
 
 
