@@ -38,6 +38,23 @@ def planned():
     return planned_run
 
 
+#: DeepSeek-R1 on 64 B200 at a 30 ms TPOT: the request whose front two tests cut with --top
+R1_PLAN = ("serve", "plan", "-m", "deepseek-r1", "-s", "dgx-b200", "-n", 64, "--tpot-ms", 30)
+
+
+@pytest.fixture(scope="module")
+def r1_planned():
+    """``run(*R1_PLAN, *extra)``, each ``extra`` run once for the module (two tests read its
+    ``--top 2`` table; a run is about 1.3 s)."""
+    results = {}
+
+    def planned_run(*extra):
+        if extra not in results:
+            results[extra] = run(*R1_PLAN, *extra)
+        return results[extra]
+    return planned_run
+
+
 def one_line_error(result, *needles):
     assert result.exit_code == 2, (result.exit_code, result.output)
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
@@ -531,10 +548,10 @@ def test_plan_prints_the_serve_simulate_command_of_its_best_row_and_it_gives_the
     assert got["gpus"] == best["gpus_used"]
 
 
-def test_plan_top_applies_to_each_mode_of_the_front():
+def test_plan_top_applies_to_each_mode_of_the_front(r1_planned):
     """The front is printed 'per mode', aggregated rows first: --top 2 cut it after the two
     aggregated rows (of 12) and showed no disaggregated one (12 too) for DeepSeek-R1 on 64 B200."""
-    text = run("serve", "plan", "-m", "deepseek-r1", "-s", "dgx-b200", "-n", 64, "--tpot-ms", 30, "--top", 2)
+    text = r1_planned("--top", 2)
     assert text.exit_code == 0, text.output
     lines = text.stdout.splitlines()
     head = next(i for i, l in enumerate(lines) if l.split()[:2] == ["mode", "layout"])
@@ -543,20 +560,19 @@ def test_plan_top_applies_to_each_mode_of_the_front():
     assert modes == ["agg", "agg", "disagg", "disagg"]
 
 
-def test_plan_table_says_which_front_rows_top_left_out():
+def test_plan_table_says_which_front_rows_top_left_out(r1_planned):
     """--top cuts each mode's front at its most interactive end; the table said nothing of it, so
     DeepSeek-R1 on 64 B200 read as a front ending at 93.9 tokens/s/user where --json's went on to
     131.3. The note counts each mode's rows left out and their tokens/s/user range, from --json."""
-    request = ("serve", "plan", "-m", "deepseek-r1", "-s", "dgx-b200", "-n", 64, "--tpot-ms", 30)
-    front = json.loads(run(*request, "--json").stdout)["front"]
+    front = json.loads(r1_planned("--json").stdout)["front"]
     left = []
     for mode in ("agg", "disagg"):
         users = sorted(r["tokens_per_s_per_user"] for r in front if r["mode"] == mode)
         assert len(users) > 2, mode
         left.append(f"{len(users) - 2} {mode} rows from {users[2]:.1f} to {users[-1]:.1f} tokens/s/user")
-    text = run(*request, "--top", 2).stdout
+    text = r1_planned("--top", 2).stdout
     assert f"(--top 2 rows of each mode; left out: {', '.join(left)}; --top 0 prints them" in text, text
-    every = run(*request, "--top", 0).stdout
+    every = r1_planned("--top", 0).stdout
     lines = every.splitlines()
     head = next(i for i, l in enumerate(lines) if l.split()[:2] == ["mode", "layout"])
     assert len([l for l in lines[head + 2:] if l.split()[:1] in (["agg"], ["disagg"])]) == len(front)
