@@ -86,3 +86,26 @@ def test_emit_with_json_is_refused_and_a_prior_is_named_in_the_header():
     assert r.exit_code == 0, r.output
     assert "dp=8 tp=2 pp=1" in r.stdout.splitlines()[0]
     assert "(on an unfitted prior efficiency model" in r.stdout.splitlines()[0]
+
+
+def test_a_refused_launch_writes_no_trace(tmp_path):
+    # the refusal comes before --trace writes the timeline: exit 2 leaves nothing behind (it
+    # wrote a 993,162-byte trace of BLOOM-176B's 12 stages, then refused)
+    trace = tmp_path / "t.json"
+    r = run("-m", "bloom-176b", "-c", "jean-zay-a100", "-n", "384", "--tp", "4", "--pp", "12", "--micro-batch", "2",
+            "--global-batch", "2048", "--recompute", "full", "--zero", "1", "--stack", "megatron-deepspeed",
+            "--emit", "megatron", "--trace", str(trace))
+    assert r.exit_code == 2 and r.output.startswith("error: model: Megatron-LM has no ALiBi")
+    assert not trace.exists()
+    # an accepted one writes both: the launch on stdout and the trace of its 2 stages
+    r = run(*GPT3_1B_V100, "--emit", "megatron", "--trace", str(trace))
+    assert r.exit_code == 0, r.output
+    assert "dp=4 tp=2 pp=2" in r.stdout.splitlines()[0]
+    assert trace.stat().st_size > 0
+    import json
+    events = json.loads(trace.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    assert {e.get("pid") for e in events if e.get("ph") == "X"} == {0, 1}
+
+
+GPT3_1B_V100 = ["-m", "gpt3-1.3b", "-c", "dgx2-v100", "-n", "16", "--tp", "2", "--pp", "2", "--global-batch", "64"]

@@ -957,11 +957,13 @@ def command(ctx: click.Context, as_json: bool, emit: str | None, trace_path: str
     keep_gib = headroom.headroom_gib(cluster.gpu.hbm_bytes, headroom_gib)      # a bad value fails first
     check_timeline_size(config, trace_path, gantt_path)
     report = simulate(model, cluster, config, n_gpus=gpus)
+    # a plan the framework cannot run is refused before --trace / --gantt write anything
+    launch = emit_launch(report, model, cluster, opts["stack"], emit) if emit is not None else None
     notes: list[str] = []
     if trace_path is not None or gantt_path is not None:
         notes = write_timelines(model, config, report, trace_path, gantt_path, cluster)
-    if emit is not None:
-        click.echo(emit_launch(report, model, cluster, opts["stack"], emit), nl=False)
+    if launch is not None:
+        click.echo(launch, nl=False)
     elif as_json:
         click.echo(dump_json(json_dict(report, cluster, keep_gib, model)), nl=False)
     else:
