@@ -1,7 +1,8 @@
 """How many GPUs of each pool the best pooled plan uses, and why the rest sit idle.
 
 A pooled plan places whole replicas (a pipeline of stages, each ``tp`` GPUs of one pool), so a
-pool is used in steps of a replica's GPUs on it, each replica needs at least one micro-batch of
+pool is used in steps of a replica's GPUs on it (and one more replica needs its GPUs on every
+pool its stages span), each replica needs at least one micro-batch of
 the global batch, and the search keeps a pool (or part of it) out where using it scored slower.
 ``pool_use`` names, per pool, the first of these that holds (``REASONS``) with a fix, and the
 fastest plan the search scored that puts more of the pool to work (simulated exactly).
@@ -13,7 +14,7 @@ import numpy as np
 #: why a pool's idle GPUs are idle, in the order they are tested
 REASONS = {
     "global_batch": "every replica of the plan runs one micro-batch of the global batch; another replica would run none",
-    "tile": "fewer idle GPUs than one more replica of the plan needs on this pool",
+    "tile": "fewer idle GPUs than one more replica of the plan needs on this pool, or on another pool it spans",
     "slower": "every plan the search scored that uses more of this pool is slower",
     "nothing_fits": "no plan the search scored that uses more of this pool fits in memory",
 }
@@ -30,6 +31,19 @@ def replica_gpus_on(plan, pool: str) -> int | None:
     sizes = [sum(st.tp for st in g.stages if st.pool == pool) for g in plan.groups]
     sizes = [n for n in sizes if n > 0]
     return min(sizes) if sizes else None
+
+
+def _replica_needs(plan, pool: str) -> dict[str, int] | None:
+    """GPUs per pool one more replica of the plan's group with the fewest GPUs on ``pool`` needs
+    (its stages may sit on other pools too); None when no group uses ``pool``."""
+    needs = []
+    for g in plan.groups:
+        need: dict[str, int] = {}
+        for st in g.stages:
+            need[st.pool] = need.get(st.pool, 0) + st.tp
+        if need.get(pool):
+            needs.append(need)
+    return min(needs, key=lambda n: n[pool]) if needs else None
 
 
 def _more_of(pool: str, used: int, scored, gbs: int, simulate, plan_from_layout):
@@ -63,6 +77,7 @@ def pool_use(cluster, best, best_report, scored, gbs: int, simulate, plan_from_l
     ``simulate(scored_family, plan)`` prices a plan exactly (``simulate_heterogeneous``)."""
     replicas = sum(g.replicas for g in best.groups)
     batch_bound = replicas * best.micro_batch >= gbs
+    idle_of = {p.name: p.gpus - best.gpus_on(p.name) for p in cluster.pools}
     out = []
     for p in cluster.pools:
         used = best.gpus_on(p.name)
@@ -77,7 +92,10 @@ def pool_use(cluster, best, best_report, scored, gbs: int, simulate, plan_from_l
                 row["more"] = {"layout": layout_text(plan), "gpus_on_pool": plan.gpus_on(p.name), "n_gpus": rep.n_gpus,
                                "tokens_per_s": rep.tokens_per_s,
                                "slower_pct": 100.0 * (1.0 - rep.tokens_per_s / best_report.tokens_per_s)}
-            unit = replica_gpus_on(best, p.name)
+            need = _replica_needs(best, p.name)
+            # pools where one more replica finds fewer idle GPUs than it needs (this one first)
+            short = ([] if need is None else
+                     sorted((q for q, n in need.items() if idle_of[q] < n), key=lambda q: q != p.name))
             if batch_bound:
                 row["idle_reason"] = "global_batch"
                 row["idle_reason_text"] = (f"the global batch of {gbs} sequences at micro-batch {best.micro_batch} gives "
@@ -85,12 +103,21 @@ def pool_use(cluster, best, best_report, scored, gbs: int, simulate, plan_from_l
                                            "would run none")
                 row["fix"] = (f"a larger global batch (--global-batch {2 * gbs}) lets more replicas run, "
                               f"or give {them} other work")
-            elif unit is not None and idle < unit:
+            elif short:
+                unit = need[p.name]
+                if short[0] == p.name:
+                    text = (f"{idle} idle GPU{'s' if idle > 1 else ''}, fewer than the {unit} one more replica of "
+                            f"the plan needs on {p.name}")
+                else:
+                    text = f"one more replica of the plan needs {unit} GPUs on {p.name}"
+                others = [q for q in short if q != p.name]
+                if others:
+                    text += " and " + ", ".join(f"{need[q]} on {q} ({idle_of[q]} idle there)" for q in others)
                 row["idle_reason"] = "tile"
-                row["idle_reason_text"] = (f"{idle} idle GPU{'s' if idle > 1 else ''}, fewer than the {unit} one more "
-                                           f"replica of the plan needs on {p.name}")
-                row["fix"] = (f"{used + unit} GPUs on {p.name} would hold one more replica of this plan; "
-                              f"or give {them} other work")
+                row["idle_reason_text"] = text
+                sizes = " and ".join(f"{cluster.pool(q).gpus - idle_of[q] + need[q]} GPUs "
+                                     f"on {q}" for q in short)
+                row["fix"] = f"{sizes} would hold one more replica of this plan; or give {them} other work"
             elif row["more"] is not None:
                 row["idle_reason"] = "slower"
                 row["idle_reason_text"] = (f"using more of {p.name} is slower: the best plan the search scored with "

@@ -115,3 +115,27 @@ def test_per_replica_counts_differ_by_at_most_one_and_add_up():
     assert per_replica(16, 24, 376) == [24] * 8 + [23] * 8
     assert per_replica(3, 3, 8) == [3, 3, 2]
     assert per_replica(4, 5, 20) == [5] * 4
+
+
+@pytest.mark.parametrize("a100, idle_text, fix", [
+    # 4 idle A100: short on both pools
+    (260, "4 idle GPUs, fewer than the 8 one more replica of the plan needs on a100 and 8 on h100 (0 idle there)",
+     "264 GPUs on a100 and 264 GPUs on h100 would hold one more replica of this plan"),
+    # 14 idle A100 hold a replica's 8, the H100 side has none: the H100 pool is what is short
+    (270, "one more replica of the plan needs 8 GPUs on a100 and 8 on h100 (0 idle there)",
+     "264 GPUs on h100 would hold one more replica of this plan"),
+])
+def test_a_replica_across_both_pools_names_what_one_more_needs_on_each(tmp_path, a100, idle_text, fix):
+    """Llama-3-70B, 4M tokens on 260 (or 270) A100 + 256 H100: the best plan stays the README's 32
+    pipelines of an A100 stage at tp 8 -> two H100 stages at tp 4 (8 A100 + 8 H100 a replica), so
+    one more replica needs 8 more H100 too. The fix said 264 A100 alone would hold one (260), and
+    put 14 idle A100 down to a slower plan (270)."""
+    data = _plan("-m", "llama3-70b", "-c", _pools(tmp_path, a100, 256), "--global-batch-tokens", "4194304")
+    use = _use(data)
+    assert [(g["replicas"], [(s["pool"], s["tp"]) for s in g["stages"]]) for g in data["best_plan"]["groups"]] \
+        == [(32, [("a100", 8), ("h100", 4), ("h100", 4)])]
+    a = use["a100"]
+    assert (a["gpus_used"], a["gpus_idle"], a["idle_reason"]) == (256, a100 - 256, "tile")
+    assert a["idle_reason_text"] == idle_text
+    assert a["fix"] == f"{fix}; or give the {a100 - 256} idle GPUs other work"
+    assert (use["h100"]["gpus_used"], use["h100"]["gpus_idle"]) == (256, 0)
