@@ -125,7 +125,9 @@ def _phi(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
 
 
 def _cohere(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
-    act = cfg.data.get("hidden_act", "silu")
+    act = cfg.data.get("hidden_act")
+    if act is None:                                # unset or null, as every key here: CohereConfig's default
+        act = "silu"
     if act != "silu":
         raise InputError(f"{cfg.where}.hidden_act", f"unknown Cohere MLP activation {shown(act)}",
                          "use silu (CohereMLP's SwiGLU), or write a model YAML file")

@@ -140,6 +140,10 @@ def test_phi_and_cohere_defaults_are_their_config_classes():
     assert (m.rotary_fraction, m.tied_embeddings) == (0.5, False)       # PhiConfig defaults
     cohere = {k: v for k, v in COMMAND_R.items() if k != "tie_word_embeddings"}
     assert model_from_hf_config(cohere).tied_embeddings is True          # CohereConfig's default
+    # a null hidden_act is unset, as a null key is in every reader (Falcon's activation, GPT-J's
+    # activation_function): CohereConfig's silu; it was refused as "unknown Cohere MLP activation None"
+    null_act = model_from_hf_config({**COMMAND_R, "hidden_act": None})
+    assert (null_act.gated_mlp, null_act.activation, null_act.ffn_hidden_size) == (True, "swiglu", 22528)
     # Command R+ states its q/k norms and 8 key/value heads: read, the norms not modelled
     plus = model_from_hf_config({**COMMAND_R, "use_qk_norm": True, "num_key_value_heads": 8})
     assert plus.num_kv_heads == 8 and plus.parallel_shared_norm is True
