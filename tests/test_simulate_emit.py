@@ -109,3 +109,16 @@ def test_a_refused_launch_writes_no_trace(tmp_path):
 
 
 GPT3_1B_V100 = ["-m", "gpt3-1.3b", "-c", "dgx2-v100", "-n", "16", "--tp", "2", "--pp", "2", "--global-batch", "64"]
+
+
+def test_torchtitan_emit_without_stack_is_priced_on_torchtitan_s_profile_as_plan_emit_is():
+    # plan --emit torchtitan prices on torchtitan-0.3 without --stack; simulate --emit did not
+    # (megatron-core, with a note): the same launch as --stack torchtitan-0.3 now, and no note
+    args = ["-m", "llama3-8b", "-c", "dgx-h100", "--gpus", "8", "--global-batch", "64", "--emit", "torchtitan"]
+    plain, explicit = run(*args), run(*args, "--stack", "torchtitan-0.3")
+    core = run(*args, "--stack", "megatron-core", "--zero", "3")
+    assert plain.exit_code == explicit.exit_code == core.exit_code == 0, (plain.output, core.output)
+    assert plain.stdout == explicit.stdout and "stack profile" not in plain.stderr
+    assert "predicted on the megatron-core stack profile (megatron-core), not torchtitan's" in core.stderr
+    # the header's step differs between the two profiles (FSDP2's gathers are priced as torchtitan runs them)
+    assert plain.stdout.splitlines()[0] != core.stdout.splitlines()[0]

@@ -906,7 +906,8 @@ def _not_empty(value: str | None, option: str, comma_list: bool = False) -> str 
 @click.option("--emit", type=click.Choice(["megatron", "torchtitan", "deepspeed"]), default=None,
               help="Print this plan's launch instead of the report (Megatron-LM: env + flags; torchtitan 0.3.0: a "
                    "config module; DeepSpeed 0.19.8: JSON, recipe on stderr), as `paraplan plan --emit` writes its "
-                   "plans; a plan the framework cannot run as given is refused in one line.")
+                   "plans; a plan the framework cannot run as given is refused in one line. Without --stack "
+                   "the plan is priced on the framework's profile (torchtitan: torchtitan-0.3), as plan --emit's.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write the event-level pipeline timeline as a Chrome/Perfetto trace (JSON).")
 @click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), help="Draw the event-level pipeline timeline to an image (.png, .svg or .pdf).")
 @click.pass_context
@@ -949,6 +950,11 @@ def command(ctx: click.Context, as_json: bool, emit: str | None, trace_path: str
     if plan_path is not None or groups:
         raise InputError("--plan" if plan_path else "--group", f"{opts['cluster']} is one GPU kind",
                          "give its degrees (--tp, --pp, ...), or a pooled cluster file")
+    if emit is not None and ctx.get_parameter_source("stack") == click.core.ParameterSource.DEFAULT:
+        # as `plan --emit`: without --stack the plan is priced on the exported framework's profile
+        # (torchtitan-0.3 for torchtitan; the default Megatron-Core where paraplan has none)
+        from paraplan.exports import default_stack
+        opts["stack"] = default_stack(emit)
     for field, path in (("--trace", trace_path), ("--gantt", gantt_path)):
         if path is not None:
             _pipeline_api()
