@@ -22,6 +22,10 @@ REASONS = {
 _EXACT_TRIES = 3
 
 
+def _gpus(n: int) -> str:
+    return "1 GPU" if n == 1 else f"{n} GPUs"
+
+
 def _slower(pct: float) -> str:
     return f"{pct:.1f}% slower" if pct >= 0 else f"{-pct:.1f}% faster (outside the ranked search's pick)"
 
@@ -144,10 +148,10 @@ def idle_lines(rows) -> list[str]:
                 f"{r['idle_reason_text']}")
         m = r["more"]
         if m is not None and r["idle_reason"] != "slower":
-            text += (f"; the best plan with more of {r['pool']} ({m['layout']}, {m['gpus_on_pool']} GPUs there) runs "
+            text += (f"; the best plan with more of {r['pool']} ({m['layout']}, {_gpus(m['gpus_on_pool'])} there) runs "
                      f"{m['tokens_per_s']:,.0f} tokens/s, {_slower(m['slower_pct'])}")
         elif m is not None:
-            text += f" ({m['layout']}, {m['gpus_on_pool']} GPUs there, {m['tokens_per_s']:,.0f} tokens/s)"
+            text += f" ({m['layout']}, {_gpus(m['gpus_on_pool'])} there, {m['tokens_per_s']:,.0f} tokens/s)"
         lines.append(text + f". Fix: {r['fix']}")
     return lines
 
