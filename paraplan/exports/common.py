@@ -273,3 +273,18 @@ def refuse_memory_features(p: dict, release: str, supported: tuple = ()) -> None
             continue
         raise InputError(name, f"this {release} export does not write {name} (the plan uses {p[name]!r})",
                          f"plan without it (paraplan plan --no-memory-search / --no-hsdp), or emit megatron")
+
+
+def refuse_kv_head_replication(p: dict, model: ModelSpec, release: str) -> None:
+    """Raise ``InputError`` (field ``tp``) when plan ``p`` holds each key/value head whole on the
+    tp / kv_heads ranks sharing it (tp does not divide the model's key/value heads, priced on a
+    stack whose ``kv_head_replication`` is on, e.g. t5x-pathways-2022): ``release`` splits whole
+    heads over tp (Megatron-Core, torchtitan, DeepSpeed's Megatron model code) or sub-shards them,
+    so it cannot run the K/V layout the plan was priced with."""
+    kv, tp = model.num_kv_heads, p["tp"]
+    if model.mla is not None or kv % tp == 0 or tp % kv:
+        return                      # whole heads split over tp, or a tp the framework's own checks refuse
+    raise InputError("tp", f"tp={tp} holds each of {model.name}'s {kv} key/value head{'s' if kv > 1 else ''} "
+                     f"whole on {tp // kv} ranks (priced replicated: the plan's stack replicates key/value heads), "
+                     f"which {release} does not do",
+                     f"plan on a stack that splits whole heads (--stack megatron-core), or choose tp dividing {kv}")

@@ -48,8 +48,8 @@ import numpy as np
 
 from hardware_specs.errors import InputError
 from paraplan.exports import screen
-from paraplan.exports.common import (plan_fields, refuse_memory_features, require_model, selective_recompute_modules,
-                                     stage_layer_counts, summary)
+from paraplan.exports.common import (plan_fields, refuse_kv_head_replication, refuse_memory_features, require_model,
+                                     selective_recompute_modules, stage_layer_counts, summary)
 from simulator.layout_string import parse_layout
 from simulator.parallel_config import Recompute, Schedule
 
@@ -105,6 +105,7 @@ def _check(p: dict) -> None:
         raise InputError("model", f"linear-attention layers (Gated DeltaNet): not supported by this export "
                          f"({model.name}; the model code DeepSpeed wraps here has softmax attention only)",
                          "emit the plan's degrees by hand")
+    refuse_kv_head_replication(p, model, RELEASE)
     refuse_memory_features(p, RELEASE, supported=("offload_optimizer_fraction", "pipeline_layout"))
     if p.get("pipeline_layout") and p["vpp"] == 1:
         parse_layout(p["pipeline_layout"]).check(model.num_layers, model.mtp_layers, p["pp"], "the plan's pipeline")

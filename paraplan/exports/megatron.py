@@ -43,8 +43,8 @@ from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from paraplan.exports import megatron_table
 from paraplan.exports import screen
-from paraplan.exports.common import (chunk_layers, gpus_text, plan_fields, require_model, selective_recompute_modules,
-                                     summary, torchrun_head)
+from paraplan.exports.common import (chunk_layers, gpus_text, plan_fields, refuse_kv_head_replication, require_model,
+                                     selective_recompute_modules, summary, torchrun_head)
 from simulator.parallel_config import Recompute, Schedule
 from simulator.stage_layout import layout_string
 
@@ -208,6 +208,7 @@ _LOSS_FLAGS = {"megatron_unfused": [], "megatron_fused": [("--cross-entropy-loss
 
 
 def _refuse_plan(p: dict, model: ModelSpec) -> None:
+    refuse_kv_head_replication(p, model, "Megatron-LM")
     _refuse_memory_features(p, model)
     if p.get("ep_carved_from_dp") and p["ep"] > 1 and p["tp"] * p["cp"] != p["etp"]:
         # priced on a carved-EP release (Megatron-Core <= 0.9: EP cut out of dp in the rank order

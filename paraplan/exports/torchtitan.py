@@ -82,8 +82,9 @@ from hardware_specs.errors import InputError
 from hardware_specs.stack_spec import SELECTIVE_CHECKPOINTS
 from model_specs.model_spec import ModelSpec
 from paraplan.exports import screen
-from paraplan.exports.common import (gpus_text, plan_fields, refuse_memory_features, require_model,
-                                     selective_recompute_modules, stage_layer_counts, summary, torchrun_head)
+from paraplan.exports.common import (gpus_text, plan_fields, refuse_kv_head_replication, refuse_memory_features,
+                                     require_model, selective_recompute_modules, stage_layer_counts, summary,
+                                     torchrun_head)
 from simulator.layer_times import tp_overlap_applies
 from simulator.parallel_config import Recompute, Schedule
 from simulator.stack_defaults import expert_tp_for
@@ -235,6 +236,7 @@ def _settings(p: dict) -> dict:
     dp, tp, pp, cp, ep = p["dp"], p["tp"], p["pp"], p["cp"], p["ep"]
     zero = p["zero_stage"]
     schedule = Schedule(p["schedule"])
+    refuse_kv_head_replication(p, model, RELEASE)
     refuse_memory_features(p, RELEASE, supported=("zero_shard_group", "loss_chunk_tokens"))
     if cp > 1 and p["cp_kind"] != "allgather":
         raise InputError("cp_kind", f"{RELEASE} all-gathers K/V under context parallelism (FlexAttention: "
