@@ -223,8 +223,8 @@ def test_palm_540b_has_table_1s_540_35b_parameters():
 
 
 def test_palm_simulates_on_a_layout_its_one_key_value_head_allows():
-    # no catalog stack replicates key/value heads over tp (kv_head_replication off in every
-    # stack file), so one head leaves tp 1; paraplan plan's best H100 layout runs and fits
+    # the default stack (megatron-core) splits whole key/value heads over tp (kv_head_replication
+    # off), so one head leaves tp 1; paraplan plan's best H100 layout runs and fits
     args = ("-m", "palm-540b", "-c", "dgx-h100", "-n", 3072, "--pp", 64, "--cp", 8, "--global-batch", 1536,
             "--zero", 1, "--no-sequence-parallel")
     result = run("simulate", *args)

@@ -395,8 +395,9 @@ def test_model_spec_refuses_sizes_beyond_its_bounds_naming_the_field(field, valu
 def test_tp_beyond_the_kv_heads_is_refused_on_a_stack_that_splits_whole_heads():
     """Llama-3.1-405B has 8 key/value heads. Megatron-Core (<= 0.15 asserts num_query_groups %
     tp == 0) splits whole heads over tp: tp 16 is refused with the tp values that divide the
-    heads, tp 8 runs. On a stack that replicates heads over tp (none of the training catalog's;
-    the flag set by hand) tp 16 runs; tp 12 (neither a divisor nor a multiple) never does."""
+    heads and the catalog stack that replicates them, tp 8 runs. On a stack that replicates heads
+    over tp (t5x-pathways-2022 in the catalog; here the flag set by hand) tp 16 runs; tp 12
+    (neither a divisor nor a multiple) never does."""
     from dataclasses import replace as dc_replace
     from hardware_specs.catalog import load_stack
     from model_specs.catalog import load_model
@@ -411,7 +412,8 @@ def test_tp_beyond_the_kv_heads_is_refused_on_a_stack_that_splits_whole_heads():
     assert err.value.field == "tp"
     assert "tp=16 is more than the 8 key/value heads of llama3.1-405b" in err.value.message
     # no training stack of the catalog replicates heads (the test below), so none is suggested
-    assert err.value.fix == "choose tp from 1, 2, 4, 8"
+    assert err.value.fix == ("choose tp from 1, 2, 4, 8, or a stack that replicates key/value heads "
+                             "(t5x-pathways-2022)")
     import simulator.validate_config as vc
     real = vc.replicating_training_stacks
     try:
@@ -429,13 +431,14 @@ def test_tp_beyond_the_kv_heads_is_refused_on_a_stack_that_splits_whole_heads():
     assert not tp_splits_kv_heads(8, 12, True) and not tp_splits_kv_heads(8, 16, False)
 
 
-def test_every_training_stack_of_the_catalog_splits_whole_kv_heads():
-    """No training framework profiled here replicates key/value heads over tp (Megatron-Core
-    0.16+ accepts tp > kv heads by sub-sharding the QKV activations, which is not priced)."""
+def test_every_training_stack_of_the_catalog_but_pathways_splits_whole_kv_heads():
+    """Only JAX + T5X on Pathways (PaLM, 2022) replicates key/value heads over tp; the other
+    training frameworks profiled here split whole heads (Megatron-Core 0.16+ accepts tp > kv heads
+    by sub-sharding the QKV activations, which is not priced)."""
     from hardware_specs.catalog import list_stacks, load_stack
     training = [load_stack(n) for n in list_stacks() if load_stack(n).training is not None]
-    assert len(training) >= 26
-    assert not any(s.training.kv_head_replication for s in training)
+    assert len(training) >= 27
+    assert [s.name for s in training if s.training.kv_head_replication] == ["t5x-pathways-2022"]
 
 
 def test_dualpipe_micro_batch_count_is_refused_in_the_users_terms():
