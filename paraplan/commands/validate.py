@@ -30,12 +30,13 @@ ROW_KEYS = ("id", "status", "metric", "predicted", "measured", "rel_error", "spe
 
 @click.group("validate", short_help="Compare predictions with measured runs.")
 def command() -> None:
-    """How close are paraplan's predictions to what real training runs measured?
+    """How close are paraplan's predictions to what real training and serving runs measured?
 
     \b
     Example:
       paraplan validate published                 # the bundled (or shared) published runs
-      paraplan validate published runs.csv --source KOR22
+      paraplan validate published --source KOR22  # one source's rows (your own CSV: give its PATH)
+      paraplan validate serving --backend vllm    # measured TTFT and TPOT of serving deployments
     """
 
 
@@ -125,6 +126,13 @@ def _gate(limit_pct: float | None, errors: dict) -> None:
     if failed:
         click.echo("regression: " + "; ".join(failed), err=True)
         sys.exit(1)
+
+
+def _advance(bar, done: int, total: int) -> None:
+    """Move a click progress bar to ``done`` of ``total`` (a total that grows or shrinks as the
+    work learns its size, ``validate_rows``'s rows read then rows predicted)."""
+    bar.length = max(int(total), 1)
+    bar.update(int(done) - bar.pos)
 
 
 def _row_label(record: dict, index) -> str:
@@ -271,7 +279,7 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
     Example:
       paraplan validate published
       paraplan validate published --source KOR22
-      paraplan validate published runs.csv --csv --out errors.csv
+      paraplan validate published --csv --out errors.csv
       paraplan validate published --source KOR22 --fail-above 10     # a CI gate: exit 1 above 10%
       paraplan validate published --plot published_errors.png        # the errors by source, as a figure
       paraplan validate published --explain KOR22-T5-1T-selsp:iter_time_s   # where one row's time goes
@@ -320,15 +328,16 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
     elif fail_above_pct is not None:
         read_note = ""
     if cross_validate:
-        shown = df if report is None else df[report]
-        n_sources = shown["run_id"].astype(str).str.split("-").str[0].nunique()
-        with click.progressbar(length=n_sources, label="refitting without each source", file=sys.stderr,
-                               hidden=not sys.stderr.isatty()) as bar:
-            results = validate_rows(df, cross_validate=True, cv_progress=lambda src: bar.update(1), report=report)
+        # minutes: off a terminal (a log, CI) the bar is hidden, so step_bar's lines say how far
+        # it is (a hidden click bar printed nothing until the end). The count is the sources
+        # refitted, those with a predicted row (the bar was sized by every source, 21 for 13)
+        with step_bar("refitting without each source", unit="sources", quiet=True) as bar:
+            results = validate_rows(df, cross_validate=True, report=report,
+                                    cv_progress=lambda done, total, src: bar(done, total, src and f"without {src}"))
     else:
-        with click.progressbar(length=len(df), label="predicting rows", file=sys.stderr,
+        with click.progressbar(length=2 * len(df), label="predicting rows", file=sys.stderr,
                                hidden=not sys.stderr.isatty()) as bar:
-            results = validate_rows(df, progress=lambda i: bar.update(1))
+            results = validate_rows(df, progress=lambda done, total: _advance(bar, done, total))
     if as_json or as_csv:
         records = row_records(results)
         text = dump_json(records) if as_json else _csv_text(records)
@@ -935,9 +944,10 @@ def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str |
     Example:
       paraplan validate serving
       paraplan validate serving --backend vllm --mode agg
-      paraplan validate serving ../shared/validation/serving_runs.csv --json --out serving_errors.json
+      paraplan validate serving --json --out serving_errors.json
       paraplan validate serving --plot serving_errors.png
-      paraplan validate serving --explain ID     # one row's reading and the parts of its TTFT and TPOT
+      # one row's reading and the parts of its TTFT and TPOT (ids: the file's id column):
+      paraplan validate serving --explain minimaxm2_5_b300_vllm_fp8_agg_1024x1024_c64_cfg733
     """
     from paraplan.validation.datasets import SERVING_RUNS, validation_file
     from paraplan.validation.serving import read_rows, summarize, validate_rows

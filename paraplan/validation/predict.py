@@ -201,10 +201,11 @@ def _convention_mismatches(run_ids, metrics, measured, conv) -> dict:
     return out
 
 
-def prepare(records, on_skip=None) -> Prepared:
+def prepare(records, on_skip=None, progress=None) -> Prepared:
     """Resolve rows (dicts of a published-runs CSV); rows that cannot be predicted are passed to
     ``on_skip(index, reason)`` and left out (also FLOP-derived rows whose source counted FLOPs
-    otherwise than their convention, ``_convention_mismatches``)."""
+    otherwise than their convention, ``_convention_mismatches``). ``progress(rows_read)`` after
+    each row."""
     ids, sources, inputs, measured, conv, positions, runs = [], [], [], [], [], [], []
     conventions = run_conventions(records)
     first_of: dict[str, int] = {}
@@ -239,6 +240,9 @@ def prepare(records, on_skip=None) -> Prepared:
             if on_skip is not None:
                 on_skip(i, str(exc))
             continue
+        finally:
+            if progress is not None:
+                progress(i + 1)
         ids.append(row.get("id"))
         sources.append(source_of(row.get("run_id")))
         inputs.append(inp)
@@ -265,15 +269,17 @@ def prepare(records, on_skip=None) -> Prepared:
                     conv_arr[:, 0], conv_arr[:, 1], conv_arr[:, 2].astype(bool), groups)
 
 
-def predict(prepared: Prepared, efficiency_by_generation=None, with_outputs: bool = False):
+def predict(prepared: Prepared, efficiency_by_generation=None, with_outputs: bool = False, progress=None):
     """Predicted metric of every prepared row (array aligned with ``prepared``); with
     ``with_outputs`` also a dict of per-row step-model outputs (``fits``) and
-    ``efficiency_fitted`` (the efficiency model the row was predicted with ``is_fitted``)."""
+    ``efficiency_fitted`` (the efficiency model the row was predicted with ``is_fitted``).
+    ``progress(rows_predicted)`` after each group (one step-model call)."""
     n = len(prepared)
     step = np.zeros(n)
     layer = np.zeros(n)
     fits = np.zeros(n, dtype=bool)
     fitted = np.zeros(n, dtype=bool)
+    done = 0
     for g, (model, cluster, batch, idx) in enumerate(prepared.groups):
         eff = None
         if efficiency_by_generation is not None:
@@ -285,6 +291,9 @@ def predict(prepared: Prepared, efficiency_by_generation=None, with_outputs: boo
         layer[idx] = out["layer_fwd_s"] + out["layer_bwd_s"] + out["layer_recompute_s"]
         fits[idx] = out["fits"]
         fitted[idx] = eff.is_fitted
+        done += len(idx)
+        if progress is not None:
+            progress(done)
     t = np.where(prepared.layer_metric, layer, step)
     pred = prepared.scale * np.power(t, prepared.power)
     return (pred, {"fits": fits, "efficiency_fitted": fitted}) if with_outputs else pred

@@ -737,11 +737,15 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
     model behind ``predicted`` is fitted, ``EfficiencyModel.is_fitted``; None for a skipped row), ...
 
     Rows are predicted together (``predict.predict``: one step-model call per model, cluster
-    and dtype); ``progress(i)`` is called once per input row. With ``cross_validate`` each
+    and dtype); ``progress(done, total)`` hears of the work as it is done: each row read, then
+    the rows of each step-model call (``total`` = rows + rows predicted, known once they are
+    read; it was called once per row after all of them were predicted, so a bar sat at 0% and
+    then leapt to 100%). With ``cross_validate`` each
     source's rows are predicted by efficiency models fitted without that source
     (``fit.cross_validate``, minutes: one joint refit of every generation per source): ``predicted``,
     ``rel_error`` and ``efficiency_fitted`` are then the cross-validated ones, ``in_sample_predicted`` /
-    ``in_sample_rel_error`` those of the committed models; ``cv_progress(source)`` after each.
+    ``in_sample_rel_error`` those of the committed models; ``cv_progress(done, total, source)``
+    after each (``total``: the sources held out, those with a predicted row reported).
 
     ``report``: one bool per row of ``df``, the rows returned (default all). Every row is still
     read, so a cross-validated fit without a source uses every other source's rows of ``df`` (a
@@ -755,8 +759,12 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
     if len(shown) != len(records):
         raise ValueError(f"report has {len(shown)} values for {len(records)} rows")
     reasons: dict[int, str] = {}
-    prepared = prepare(records, on_skip=lambda i, why: reasons.__setitem__(i, why))
-    pred, outs = (predict(prepared, efficiency_by_generation, with_outputs=True) if len(prepared)
+    n = len(records)
+    read = None if progress is None else (lambda i: progress(i, 2 * n))     # at most n rows to predict
+    prepared = prepare(records, on_skip=lambda i, why: reasons.__setitem__(i, why), progress=read)
+    total = n + len(prepared)
+    done = None if progress is None else (lambda rows: progress(n + rows, total))
+    pred, outs = (predict(prepared, efficiency_by_generation, with_outputs=True, progress=done) if len(prepared)
                   else ([], {"fits": [], "efficiency_fitted": []}))
     in_sample = pred
     basis = None
@@ -764,7 +772,14 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
         from paraplan.validation.fit import cross_validate as loso, held_out_basis
         predicted_rows = [i for i in range(len(records)) if i not in reasons]     # prepared's rows, in order
         held = {prepared.sources[j] for j, i in enumerate(predicted_rows) if shown[i]}
-        pred = loso(prepared, progress=cv_progress, held_out=held)
+        refitted = []
+
+        def each(src: str) -> None:
+            refitted.append(src)
+            cv_progress(len(refitted), len(held), src)
+        if cv_progress is not None:
+            cv_progress(0, len(held), "")       # before the first refit, minutes away
+        pred = loso(prepared, progress=None if cv_progress is None else each, held_out=held)
         basis = held_out_basis(prepared)
     by_id = {}
     for j, row_id in enumerate(prepared.ids):
@@ -794,8 +809,8 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
                 if held_out != "fit":
                     rec["assumptions"] = "; ".join(filter(None, [rec["assumptions"], CV_BASIS_NOTES[held_out]]))
         out.append(rec)
-        if progress is not None:
-            progress(i)
+    if progress is not None:
+        progress(total, total)
     return pd.DataFrame(out)
 
 
