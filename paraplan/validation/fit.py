@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -408,10 +409,21 @@ def _run(args) -> int:
     # generations with enough rows first, so a sparse one can borrow its neighbour's fresh fit
     order = sorted(by_gen, key=lambda g: (len(by_gen[g]) < MIN_ROWS_TO_FIT, g))
     if not args.skip_fit:
+        print("fitting the efficiency models (two starts, tens of minutes; --verbose shows each sweep)",
+              file=sys.stderr, flush=True)
         _fit_and_write(by_gen, order, args)
     if args.cross_validate:
-        cv = cross_validate(prepared, progress=lambda src: print(f"  cross-validated {src}", file=sys.stderr, flush=True),
-                            jobs=args.jobs)
+        # one joint refit per source, minutes each: say so before the first ends, and count them
+        n_sources = len(set(prepared.sources))
+        print(f"cross-validating: one joint refit without each of {n_sources} sources (minutes each)",
+              file=sys.stderr, flush=True)
+        done, t0 = [0], time.perf_counter()
+
+        def cv_progress(src: str) -> None:
+            done[0] += 1
+            print(f"  cross-validated {src} ({done[0]} of {n_sources}, {time.perf_counter() - t0:.0f} s)",
+                  file=sys.stderr, flush=True)
+        cv = cross_validate(prepared, progress=cv_progress, jobs=args.jobs)
         ins = predict(prepared)
         for src in sorted(set(prepared.sources)):
             sel = np.asarray(prepared.sources) == src

@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -223,7 +224,13 @@ def cross_validate(df: pd.DataFrame, column: str, fitted: dict, prep, maxiter: i
     mp = df["silicon_tpot_ms"].to_numpy(dtype=float)
     key = df[column].astype(str).to_numpy()
     records = []
-    for value in sorted(set(key)):
+    values = sorted(set(key))
+    # each refit is minutes: say what runs before the first ends, and count them (the line after
+    # each refit was the only output, with no total)
+    print(f"  refitting without each of {len(values)} {column} values ({maxiter} Nelder-Mead iterations each)",
+          file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    for n, value in enumerate(values, 1):
         held = key == value
         train = ~held
         refit = fit_all(df, train, maxiter=maxiter, prep=prep)
@@ -235,7 +242,8 @@ def cross_validate(df: pd.DataFrame, column: str, fitted: dict, prep, maxiter: i
                 records.append({"held_out": value, "id": df["id"].iat[i], "metric": metric,
                                 "backend": df["backend"].iat[i], "mode": df["mode"].iat[i],
                                 "rel_error": (pred[i] - meas[i]) / meas[i]})
-        print(f"  held out {column}={value}: {int(held.sum())} rows", file=sys.stderr)
+        print(f"  held out {column}={value}: {int(held.sum())} rows ({n} of {len(values)}, "
+              f"{time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     return pd.DataFrame.from_records(records)
 
 
@@ -469,6 +477,9 @@ def _run(args) -> int:
         fitted = fit_all(df, maxiter=0, prep=prep,
                          starts={g.generation: load_serving_efficiency(g.generation) for g in prep.groups})
     else:
+        gens = sorted({g.generation for g in prep.groups})
+        print(f"fitting {len(gens)} generations ({', '.join(gens)}; {args.maxiter} Nelder-Mead iterations each, "
+              "minutes)", file=sys.stderr, flush=True)
         fitted = fit_all(df, maxiter=args.maxiter, prep=prep)
     mt = df["silicon_ttft_ms"].to_numpy(dtype=float)
     mp = df["silicon_tpot_ms"].to_numpy(dtype=float)
