@@ -684,14 +684,8 @@ def test_every_fuzz_input_ends_in_an_answer_or_a_one_line_error(part, tmp_path, 
     processes = cores_for_this_worker()
     t0 = time.perf_counter()
     chunks = [[(i, cases[i]) for i in mine[start::processes]] for start in range(processes)]
-    if processes == 1:
-        # one core (each of CI's 2 xdist workers): a spawned interpreter would only add its start,
-        # imports and cold caches to the same cases (the two parts 9.0 + 11.2 s -> 7.2 + 8.6 s);
-        # _verdicts stubs the launcher and puts it back, as in a spawned process
-        verdicts = _verdicts(chunks[0], str(tmp_path))
-    else:
-        with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
-            verdicts = [v for part_ in pool.map(_verdicts, chunks, [str(tmp_path)] * len(chunks)) for v in part_]
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        verdicts = [v for part_ in pool.map(_verdicts, chunks, [str(tmp_path)] * len(chunks)) for v in part_]
     wall = time.perf_counter() - t0
     assert sorted(i for i, _, _ in verdicts) == mine, "a case was not run"
     failures = [f"{cases[i].name}: {problem}" for i, problem, _ in sorted(verdicts) if problem]
