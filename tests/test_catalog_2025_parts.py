@@ -142,7 +142,8 @@ def test_h20_batch_1_decode_is_the_weights_over_4_tb_per_s_times_hoppers_decode_
     # the KV cache read (at most 256 tokens x 32 layers x 2 x 1,024 x 2 bytes = 33.6 MB) and the
     # activations are under 0.5% beside 15 GB of weights
     assert roofline_ms <= moved_ms <= roofline_ms * 1.005
-    assert moved_ms == pytest.approx(4.194, abs=0.01)
+    # 15.01 GB / (4 TB/s x 0.8791) = 4.269 ms and the fixed kernel time (session 72's refit; 4.194 at 0.8949)
+    assert moved_ms == pytest.approx(4.278, abs=0.01)
     # the MLP alone: 32 x 3 x 4,096 x 14,336 x 2 bytes
     assert row["decode_mlp_ms"] == pytest.approx(1e3 * 2.0 * layers * 3 * h * f / (4.0e12 * frac), rel=1e-3)
     # the rest of the step is the model's fixed time per kernel (and no host time at batch 1 here)

@@ -118,8 +118,9 @@ def test_serve_plan_marks_each_number_of_its_best_line_and_front_on_a_prior_gpu(
     assert data["efficiency_fitted"] is False
     assert all(isinstance(best[k], float) for k in ("ttft_ms", "ttft_p90_ms", "tpot_ms", "tokens_per_s_per_gpu"))
     assert out[out.index(next(ln for ln in out if ln.startswith("best:"))) + 1] == _numbers_line(best, " *")
-    # the aggregated 2 x tp4 at batch 83 (session 68, hopper's factors on A100's datasheet)
-    assert _numbers_line(best, " *") == "      TTFT 993 ms * (p90 1217 *), TPOT 49.8 ms *, 409 tokens/s/GPU *, 20.1 tokens/s/user *"
+    # hopper's factors on A100's datasheet: an aggregated tp 8 at batch 166 since session 72's refit
+    # (TTFT 993 ms, p90 1217, TPOT 49.8 ms as 2 x tp4 at batch 83 at session 68's)
+    assert _numbers_line(best, " *") == "      TTFT 958 ms * (p90 1202 *), TPOT 49.9 ms *, 409 tokens/s/GPU *, 20.1 tokens/s/user *"
     rows = [m.groups() for m in map(_FRONT_ROW.match, out) if m]
     assert len(rows) == len(data["front"]) > 10
     assert sorted(r[:5] for r in rows) == sorted(_front_cells(r, " *") for r in data["front"])
