@@ -399,12 +399,68 @@ class StepBar:
             self.bar = None
 
 
+#: seconds a search runs before ``LazyBar`` shows its bar (a search faster than that shows none)
+PROGRESS_AFTER_S = 1.0
+
+
+class LazyBar:
+    """``progress(done, total, step="")`` as a click progress bar on stderr that appears only once
+    the work has run ``after_s`` seconds (a fast search shows none) and only where stderr is a
+    terminal: elsewhere click prints the label as a line of its own, so a slow search that ended
+    in a refusal wrote two stderr lines, the label and the error, and a piped ``--json`` run a
+    line of noise. ``step`` (where given) is shown beside the bar. Used by ``plan`` (one GPU
+    kind and pooled) and ``serve plan``."""
+
+    def __init__(self, label: str, after_s: float):
+        self.label = label
+        self.after_s = after_s
+        self.t0 = time.perf_counter()
+        self.bar = None
+        self.shown = 0
+
+    def __call__(self, done: int, total: int, step: str = "") -> None:
+        done, total = int(done), max(int(total), 1)
+        if self.bar is None:
+            if time.perf_counter() - self.t0 < self.after_s or done >= total or not stderr_is_a_terminal():
+                return
+            self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr,
+                                         item_show_func=lambda text: text or None)
+            self.bar.__enter__()
+        self.bar.length = total
+        self.bar.update(done - self.shown, step)
+        self.shown = done
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+
+
+def stderr_is_a_terminal() -> bool:
+    isatty = getattr(sys.stderr, "isatty", None)
+    return bool(isatty and isatty())
+
+
 @contextmanager
 def step_bar(label: str, unit: str = "steps", quiet: bool = False):
     """A ``StepBar`` for the work in the block (its progress lines counting ``unit``; ``quiet``:
     no label line off a terminal), closed when it ends; the warnings the work raises are collected
     meanwhile and printed after the bar, one line each (``echo_warnings``)."""
-    bar = StepBar(label, unit=unit, quiet=quiet)
+    with _warnings_after(StepBar(label, unit=unit, quiet=quiet)) as bar:
+        yield bar
+
+
+@contextmanager
+def lazy_bar(label: str, after_s: float):
+    """A ``LazyBar`` for the work in the block, closed when it ends; the warnings the work raises
+    printed after it, as ``step_bar`` prints them."""
+    with _warnings_after(LazyBar(label, after_s)) as bar:
+        yield bar
+
+
+@contextmanager
+def _warnings_after(bar):
+    """``bar`` for the block, closed when it ends, then the warnings the block raised, one line each."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:

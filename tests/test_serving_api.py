@@ -93,8 +93,12 @@ def test_a_long_serving_search_reports_its_phases():
     seen = []
     plan = plan_serving(serving_context("llama3.1-8b", "dgx-h100"), 8, 1024, 1024, 1000.0, 50.0,
                         progress=lambda done, total, step="": seen.append((done, total, step)))
-    assert seen == [(0, 3, "aggregated layouts"), (1, 3, "disaggregated pairings"), (2, 3, "ranking"),
-                    (3, 3, "done")]
+    # each stage STAGE_UNITS (100), a batch search's stage moving as its candidates are priced
+    # (tests/test_search_progress.py)
+    assert [(d, t, s) for d, t, s in seen if d % 100 == 0] == [
+        (0, 600, "aggregated layouts"), (100, 600, "aggregated batches"), (200, 600, "disaggregated pairings"),
+        (300, 600, "disaggregated batches"), (400, 600, "pairings the fronts dropped"), (500, 600, "ranking"),
+        (600, 600, "done")]
     assert plan.best is not None
 
 

@@ -11,9 +11,7 @@ import csv
 import dataclasses
 import io
 import shlex
-import sys
 import textwrap
-import time
 
 import click
 import numpy as np
@@ -26,7 +24,8 @@ from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan import mfu as mfu_units
 from paraplan import priors
-from paraplan.cli import dump_json, exact_number_text, format_table, four_significant
+from paraplan.cli import (PROGRESS_AFTER_S, LazyBar, dump_json, exact_number_text, format_table,
+                          four_significant)
 from planners.explain import fit_text, stage_layers_text
 from planners.plan import PlanResult, parse_gpus, plan
 from simulator.parallel_config import Recompute, Schedule
@@ -37,38 +36,7 @@ from paraplan.commands.simulate import (STACK_HELP, ep_comm_overlap_option, ep_d
 from paraplan.commands.token_count import TOKENS
 
 POS = click.IntRange(min=1)
-#: show a progress bar once the evaluation has run this long, seconds.
-PROGRESS_AFTER_S = 1.0
 _EXPLICIT = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero", "recompute", "schedule", "zero_shard_group")
-
-
-class _LazyBar:
-    """A click progress bar on stderr that appears only if the search runs past ``PROGRESS_AFTER_S``
-    and stderr is a terminal (elsewhere click prints the label as a line of its own, so a slow
-    search that ends in a refusal wrote two stderr lines, the label and the error)."""
-
-    def __init__(self):
-        self.t0 = time.perf_counter()
-        self.bar = None
-        self.shown = 0
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.bar is None:
-            if time.perf_counter() - self.t0 < PROGRESS_AFTER_S or done >= total or not _stderr_is_a_terminal():
-                return
-            self.bar = click.progressbar(length=total, label="evaluating configurations", file=sys.stderr)
-            self.bar.__enter__()
-        self.bar.update(done - self.shown)
-        self.shown = done
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(None, None, None)
-
-
-def _stderr_is_a_terminal() -> bool:
-    isatty = getattr(sys.stderr, "isatty", None)
-    return bool(isatty and isatty())
 
 
 def parse_fix(items) -> dict[str, str]:
@@ -601,7 +569,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
                 raise InputError(flag, f"given both as an option and in --fix {name}=...",
                                  f"give it once: {flag} {value} or --fix {name}={','.join(map(str, fixed[name]))}")
             fixed[name] = (value,)
-    bar = _LazyBar()
+    bar = LazyBar("evaluating configurations", PROGRESS_AFTER_S)
     try:
         # without the host link no plan offloads (activation offload needs one); nothing else of a
         # plan uses the link, so every plan's numbers are the cluster's own
@@ -758,7 +726,7 @@ def _plan_pooled(spec, model, cluster, gpus, global_batch, global_batch_tokens, 
     if dtypes and len(dtypes) > 1:
         raise InputError("--dtype", "a mixed plan runs one dtype on every pool", "give one --dtype")
     mb = explicit.get("micro_batch")
-    bar = _LazyBar()        # a search over three or more pools can run for seconds: the bar one kind shows
+    bar = LazyBar("searching plans across the pools", PROGRESS_AFTER_S)     # seconds on two pools of 256
     try:
         result = plan_heterogeneous(
             spec, load_pooled_cluster(cluster), global_batch, global_batch_tokens=global_batch_tokens,

@@ -21,15 +21,12 @@ from cost_models.weight_formats import WEIGHT_FORMATS
 from hardware_specs.errors import InputError
 from paraplan import serving_priors
 from paraplan.serving_inputs import check_dense, check_release
-from paraplan.cli import (atomic_output_path, check_distinct_paths, check_image_path, check_writable, dump_json,
-                          exact_number_text, format_table, write_atomic)
+from paraplan.cli import (PROGRESS_AFTER_S, atomic_output_path, check_distinct_paths, check_image_path,
+                          check_writable, dump_json, exact_number_text, format_table, lazy_bar, write_atomic)
 
 POS = click.IntRange(min=1)
 GIB = 2**30
 PRECISIONS = WEIGHT_FORMATS          # the formats the serving cost model prices
-#: GPU counts from which serve plan shows a progress bar (on two shared cores, 2026-12-05:
-#: 512 GPUs of DeepSeek-R1 ~5 s, 4,096 ~24 s)
-LONG_SEARCH_GPUS = 512
 PART_MEANING = {
     "decode_attention_s": "attention projections and the KV-cache read",
     "decode_mlp_s": "MLP / routed and shared experts (weight streaming)",
@@ -822,14 +819,14 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     ctx = _context(opts)
     moe = ctx.model.moe is not None     # a dense model's expert fields are null in --json, empty in --csv
     search = ("agg", "disagg") if modes == "both" else (modes,)
-    from paraplan.cli import step_bar
-    # a bar only where the search is long (thousands of GPUs: tens of seconds)
-    with step_bar(f"searching layouts for {gpus:,} GPUs") as bar:
+    # a bar once the search runs past PROGRESS_AFTER_S (DeepSeek-R1 on 64 B200: 2-4 s on two shared
+    # cores, 4,096 GPUs ~24 s), and only on a terminal, as plan's
+    with lazy_bar(f"searching layouts for {gpus:,} GPUs", PROGRESS_AFTER_S) as bar:
         try:
             from paraplan.serving_launchable import layout_launchable
             plan = plan_serving(ctx, gpus, opts["isl"], opts["osl"], ttft_ms, tpot_ms, modes=search,
                                 max_batch=max_batch, allow_pp=not no_pp, rank_by=rank_by,
-                                progress=bar if gpus >= LONG_SEARCH_GPUS else None,
+                                progress=bar,
                                 # "add GPUs" names a count whose layouts the engine launches
                                 launchable=layout_launchable(ctx, launch_request(opts)))
         except InputError as exc:

@@ -37,6 +37,7 @@ from hardware_specs.errors import InputError, as_given, is_finite, shown, whole_
 from hardware_specs.efficiency_model import prior_mark
 from planners.serving.labels import prompts_per_step, worker_labels
 from planners.serving.pareto import pareto_front
+from planners.serving.progress import SILENT, Stages, in_chunks
 from planners.serving.space import with_batches, worker_layouts
 from simulator.serving.aggregated import evaluate_agg, memory_columns, synchronised_wait_s
 from simulator.serving.disaggregated import combine, decode_side, mdc_mean_wait_s, prefill_side
@@ -58,6 +59,9 @@ BATCH_STEP = 8
 PREFILL_COUNTS = np.unique(np.concatenate([np.arange(1.0, 65.0), np.round(64.0 * 2.0 ** (np.arange(1, 25) / 4.0))]))
 #: the largest GPU count one search covers (worker counts are enumerated up to it)
 MAX_GPUS = 4096
+#: the stages of each mode's search, in order, as ``plan_serving`` reports its progress
+SEARCH_STAGES = {"agg": ("aggregated layouts", "aggregated batches"),
+                 "disagg": ("disaggregated pairings", "disaggregated batches", "pairings the fronts dropped")}
 #: columns of ``ServingPlan.candidates``
 COLUMNS = ("mode", "layout", "prefill_layout", "decode_layout", "batch", "prefill_batch", "workers", "prefill_workers",
            "decode_workers", "gpus_used", "concurrency", "ttft_ms", "ttft_p90_ms", "tpot_ms", "tokens_per_s_per_gpu",
@@ -166,16 +170,18 @@ def _best_meeting(rows: np.ndarray, batch: np.ndarray, meets: np.ndarray, score:
     return largest, best
 
 
-def _search_batches(lo: np.ndarray, hi: np.ndarray, run, refine=None) -> tuple[np.ndarray, np.ndarray]:
+def _search_batches(lo: np.ndarray, hi: np.ndarray, run, refine=None, part=None) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the largest whole batch in [lo, hi] meeting the objective and the one meeting it
     with the highest score (``_best_meeting``; 0 where none does), without assuming that meeting
     it is monotone in the batch. ``run(rows, batch)`` returns (meets, score, tpot_s, ttft_s)
     arrays. Every ``BATCH_STEP``-th batch from ``lo`` and ``hi`` are evaluated; then every batch between two
     neighbours where the objective stops being met, where TPOT or TTFT falls (the step time drops
-    where the engine switches kernels), or where ``refine(rows, left, right)`` says so."""
+    where the engine switches kernels), or where ``refine(rows, left, right)`` says so. Both
+    passes are priced in chunks (``progress.in_chunks``), ``part(rows_done, rows)`` after each
+    chunk of the first."""
     hi = np.floor(np.asarray(hi, dtype=float))
     rows, batch = _every_batch(lo, hi, BATCH_STEP)
-    got = run(rows, batch)
+    got = in_chunks(run, rows, batch, part)
     meets, score, tpot, ttft = (np.broadcast_to(v, batch.shape) for v in got[:4])
     # where ``run`` gives a fifth array (the requests a step carries, a disaggregated loop's
     # decoding count), ``refine`` looks between those rather than between the batches
@@ -188,13 +194,13 @@ def _search_batches(lo: np.ndarray, hi: np.ndarray, run, refine=None) -> tuple[n
     fill = np.flatnonzero(gap & turn)
     at, more = _every_batch(batch[fill] + 1.0, batch[fill + 1] - 1.0)
     more_rows = rows[fill][at]
-    m2, s2 = (np.broadcast_to(v, more.shape) for v in run(more_rows, more)[:2])
+    m2, s2 = (np.broadcast_to(v, more.shape) for v in in_chunks(run, more_rows, more)[:2])
     return _best_meeting(np.concatenate([rows, more_rows]), np.concatenate([batch, more]),
                          np.concatenate([meets, m2]), np.concatenate([score, s2]), hi.size)
 
 
 def _batches_meeting(cols: dict, out: dict, evaluate, ttft_s: float, tpot_s: float,
-                     max_batch: int) -> tuple[np.ndarray, np.ndarray]:
+                     max_batch: int, part=None) -> tuple[np.ndarray, np.ndarray]:
     """Per layout (the rows of ``cols`` at batch 1), the largest batch up to the most its KV cache
     holds whose TTFT and TPOT meet the objective, and the one meeting it with the most tokens/s
     per GPU (0 where no batch does; ``_search_batches``). TPOT is not monotone in the batch: the
@@ -213,11 +219,12 @@ def _batches_meeting(cols: dict, out: dict, evaluate, ttft_s: float, tpot_s: flo
     def run(rows, batch):
         got = evaluate({**{k: v[rows] for k, v in one.items()}, "batch": batch})
         return _meets(got, ttft_s, tpot_s), got["tokens_per_s_per_gpu"], got["tpot_s"], got["ttft_s"]
-    return _search_batches(np.ones(hi.shape), hi, run)
+    return _search_batches(np.ones(hi.shape), hi, run, part=part)
 
 
 def _agg(ctx, gpus: int, isl: int, osl: int, max_batch: int, allow_pp: bool, ttft_ms: float | None = None,
-         tpot_ms: float | None = None) -> pd.DataFrame:
+         tpot_ms: float | None = None, stages: Stages = SILENT) -> pd.DataFrame:
+    stages.start("aggregated layouts")
     layouts = worker_layouts(ctx.model, gpus, ctx.cluster.gpus_per_node, allow_pp, ctx.behaviour, ctx.expert_format)
     if len(layouts) == 0:
         return pd.DataFrame(columns=COLUMNS)
@@ -229,7 +236,8 @@ def _agg(ctx, gpus: int, isl: int, osl: int, max_batch: int, allow_pp: bool, ttf
     if ttft_ms is not None and tpot_ms is not None:
         # each layout also at the largest batch meeting the objective, where that is a new batch
         # (and at the batch meeting it with the most tokens/s/GPU, where TPOT dips below it)
-        largest, top = _batches_meeting(cols, out, evaluate, ttft_ms / 1e3, tpot_ms / 1e3, max_batch)
+        stages.start("aggregated batches")
+        largest, top = _batches_meeting(cols, out, evaluate, ttft_ms / 1e3, tpot_ms / 1e3, max_batch, stages.part)
         first = np.flatnonzero(cols["batch"] == 1.0)
         # tried already: the powers of two and the layout's largest fitting batch
         fit = np.minimum(np.floor(np.broadcast_to(out["max_batch_per_rank"], cols["batch"].shape)[first]),
@@ -355,13 +363,13 @@ def _decode_table(ctx, dcols: dict, dec: dict, max_batch: int, isl: int, osl: in
 
 
 def _refine(ctx, table: _DecodeTable, pre: dict, pi, pos, npw, ndw, lo, hi, isl: int, osl: int, ttft_s: float,
-            tpot_s: float):
+            tpot_s: float, part=None):
     """``_search_batches`` over decode batches [lo, hi] of the pairings (prefill row ``pi``, decode
     layout at ``pos`` of ``table``, worker counts): every batch between two evaluated ones where
     the layout's TPOT falls is evaluated too, a fall between the requests their steps carry
     (``combine``'s ``decoding_per_rank``, at most the batch: a fall at whole-batch counts between
     the lower one rounded down and the upper one rounded up). Returns the largest batch meeting
-    the objective and the best (0 where none does)."""
+    the objective and the best (0 where none does); ``part`` as ``_search_batches``'."""
     psel = _per_row(pre, pi, "pre_one_s")
 
     def run(rows, batch):
@@ -375,11 +383,11 @@ def _refine(ctx, table: _DecodeTable, pre: dict, pi, pos, npw, ndw, lo, hi, isl:
         top = np.minimum(np.ceil(right), table.hi[pos[rows]])
         return table.falls_upto[table.at(pos[rows], top)] > table.falls_upto[table.at(pos[rows], np.floor(left))]
 
-    return _search_batches(lo, hi, run, refine=refine)
+    return _search_batches(lo, hi, run, refine=refine, part=part)
 
 
 def _disagg_slo_batches(ctx, table: _DecodeTable, dcols: dict, pre: dict, pi, di, npw, ndw, out: dict, isl: int,
-                        osl: int, ttft_s: float, tpot_s: float):
+                        osl: int, ttft_s: float, tpot_s: float, part=None):
     """For each pairing (prefill row, decode layout, worker counts) meeting the objective at some
     batch tried, the largest decode batch up to the most its KV cache holds that meets it, and
     the one meeting it with the most tokens/s per GPU (``_search_batches``, for
@@ -400,7 +408,7 @@ def _disagg_slo_batches(ctx, table: _DecodeTable, dcols: dict, pre: dict, pi, di
     pos = table.pos_of[dcols["layout_index"][d0].astype(np.int64)]
     tried = dcols["batch"][d0]
     largest, best = _refine(ctx, table, pre, pi[top], pos, npw[top], ndw[top], tried, table.hi[pos], isl, osl,
-                            ttft_s, tpot_s)
+                            ttft_s, tpot_s, part)
     searched = (pi[top], dcols["layout_index"][d0], npw[top], ndw[top])
     return searched, _picks(largest, best, tried, pos, pi[top], npw[top], ndw[top])
 
@@ -451,7 +459,7 @@ def _synchronised_most(table: _DecodeTable, pos, d_workers, servers, service_s, 
 
 
 def _disagg_bound(ctx, table: _DecodeTable, pre: dict, p_ok: np.ndarray, gpus: int, searched, best_per_gpu: float,
-                  best_total: float, isl: int, osl: int, ttft_s: float, tpot_s: float):
+                  best_total: float, isl: int, osl: int, ttft_s: float, tpot_s: float, part=None):
     """The SLO search over the pairings the fronts dropped: every prefill configuration that fits
     (``p_ok``) with every decode layout holding a request, at every worker count, each searched
     over its decode batches (``_refine``) unless a bound says it cannot beat the best found
@@ -541,7 +549,7 @@ def _disagg_bound(ctx, table: _DecodeTable, pre: dict, p_ok: np.ndarray, gpus: i
     pi, pos, npw, ndw, lo, hi = (v[go] for v in (pi, pos, npw, ndw, lo, hi))
     if pi.size == 0:
         return none
-    largest, best = _refine(ctx, table, pre, pi, pos, npw, ndw, lo, hi, isl, osl, ttft_s, tpot_s)
+    largest, best = _refine(ctx, table, pre, pi, pos, npw, ndw, lo, hi, isl, osl, ttft_s, tpot_s, part)
     return _picks(largest, best, np.zeros(pi.size), pos, pi, npw, ndw)
 
 
@@ -572,7 +580,8 @@ def _append_pairings(ctx, table: _DecodeTable, new, dcols: dict, dec: dict, pre:
 
 
 def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int, ttft_ms: float | None = None,
-            tpot_ms: float | None = None) -> pd.DataFrame:
+            tpot_ms: float | None = None, stages: Stages = SILENT) -> pd.DataFrame:
+    stages.start("disaggregated pairings")
     domain = ctx.cluster.gpus_per_node
     layouts = worker_layouts(ctx.model, max(gpus - 1, 1), domain, allow_pp=False, behaviour=ctx.behaviour,
                              expert_format=ctx.expert_format)
@@ -624,7 +633,9 @@ def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int, ttft_ms: float |
         ttft_s, tpot_s = ttft_ms / 1e3, tpot_ms / 1e3
         table = _decode_table(ctx, dcols, dec, max_batch, isl, osl, tpot_s)
         pairs = {"pi": pi, "di": di, "npw": npw, "ndw": ndw, "dsel": dsel, "out": out}
-        searched, new = _disagg_slo_batches(ctx, table, dcols, pre, pi, di, npw, ndw, out, isl, osl, ttft_s, tpot_s)
+        stages.start("disaggregated batches")
+        searched, new = _disagg_slo_batches(ctx, table, dcols, pre, pi, di, npw, ndw, out, isl, osl, ttft_s, tpot_s,
+                                            stages.part)
         dcols, dec, pairs = _append_pairings(ctx, table, new, dcols, dec, pre, pairs, isl, osl)
         # then every configuration the fronts dropped, where a bound says it could beat the best
         # found (tokens/s per GPU or in all: either ranking)
@@ -632,7 +643,9 @@ def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int, ttft_ms: float |
         meets = _meets(o, ttft_s, tpot_s)
         best_per_gpu = o["tokens_per_s_per_gpu"][meets].max() if meets.any() else -np.inf
         best_total = (o["tokens_per_s_per_gpu"] * o["gpus"])[meets].max() if meets.any() else -np.inf
-        new = _disagg_bound(ctx, table, pre, p_ok, gpus, searched, best_per_gpu, best_total, isl, osl, ttft_s, tpot_s)
+        stages.start("pairings the fronts dropped")
+        new = _disagg_bound(ctx, table, pre, p_ok, gpus, searched, best_per_gpu, best_total, isl, osl, ttft_s, tpot_s,
+                            stages.part)
         dcols, dec, pairs = _append_pairings(ctx, table, new, dcols, dec, pre, pairs, isl, osl)
         pi, di, npw, ndw, dsel, out = (pairs[k] for k in ("pi", "di", "npw", "ndw", "dsel", "out"))
     moe = ctx.model.moe is not None
@@ -985,8 +998,10 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
     (isl, osl) under the objective (mean TTFT <= ttft_ms, TPOT <= tpot_ms), the winner the most
     tokens/s per GPU used (``rank_by`` "per-gpu") or in all (``"total"``). Raises
     ``InputError`` naming the binding constraint when nothing fits or nothing meets the SLO.
-    ``progress(done, total, step)`` is called as each phase (the searched modes, the ranking)
-    ends: thousands of GPUs take tens of seconds. ``launchable(role, layouts)``: whether the engine
+    ``progress(done, total, step)`` hears of the work as it is done: each stage of
+    ``SEARCH_STAGES`` of the modes searched, then the ranking, is ``progress.STAGE_UNITS`` units
+    (``step`` its name), a batch search moving its stage as its chunks of rows are priced; ``done``
+    never decreases and ends at ``total`` (thousands of GPUs take tens of seconds, 64 a few). ``launchable(role, layouts)``: whether the engine
     can launch each worker layout (rows tp, pp, adp, moe_tp, moe_ep) as an ``agg``, ``prefill`` or
     ``decode`` worker (``paraplan.serving_launchable.layout_launchable``, the engine's rules living
     above the planner); only the "add GPUs" advice of a search where nothing fits reads it, so it
@@ -1021,19 +1036,17 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
     t0 = time.perf_counter()
     parts = []
     evaluated = 0
-    phases = len(modes) + 1
-    report = progress or (lambda done, total, step="": None)
+    stages = Stages(progress, SEARCH_STAGES["agg"] * ("agg" in modes) + SEARCH_STAGES["disagg"] * ("disagg" in modes)
+                    + ("ranking",))
     if "agg" in modes:
-        report(0, phases, "aggregated layouts")
-        a = _agg(ctx, gpus, isl, osl, max_batch, allow_pp, ttft_ms, tpot_ms)
+        a = _agg(ctx, gpus, isl, osl, max_batch, allow_pp, ttft_ms, tpot_ms, stages)
         evaluated += len(a)
         parts.append(a)
     if "disagg" in modes:
-        report(len(parts), phases, "disaggregated pairings")
-        d = _disagg(ctx, gpus, isl, osl, max_batch, ttft_ms, tpot_ms)
+        d = _disagg(ctx, gpus, isl, osl, max_batch, ttft_ms, tpot_ms, stages)
         evaluated += len(d)
         parts.append(d)
-    report(len(modes), phases, "ranking")
+    stages.start("ranking")
     parts = [p for p in parts if len(p)]
     if not parts:
         raise _nothing_fits_error(ctx, gpus, isl, osl, max_batch, modes, allow_pp, launchable)
@@ -1051,5 +1064,5 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
     if best is None:
         raise _no_layout_error(cands, ttft_ms, tpot_ms, gpus)
     plan.why = _why(best, cands, ttft_ms, tpot_ms, gpus, rank_by, modes, bool(ctx.efficiency.prior))
-    report(phases, phases, "done")
+    stages.end()
     return plan
