@@ -25,17 +25,22 @@ def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-@pytest.fixture(scope="module")
-def planned():
-    """``run(*PLAN, *extra)``, each ``extra`` (no output files) run once for the module: six
-    tests read the same llama3.1-8b search's table, JSON or CSV (9 runs of about 0.18 s, now 3)."""
+def _memoized_run(*request):
+    """``run(*request, *extra)``, each ``extra`` (no output files) run once: the tests of a module
+    that read the same search's table, JSON or CSV share one run of each."""
     results = {}
 
     def planned_run(*extra):
         if extra not in results:
-            results[extra] = run(*PLAN, *extra)
+            results[extra] = run(*request, *extra)
         return results[extra]
     return planned_run
+
+
+@pytest.fixture(scope="module")
+def planned():
+    """The llama3.1-8b search ``PLAN`` six tests read (9 runs of about 0.18 s, now 3)."""
+    return _memoized_run(*PLAN)
 
 
 #: DeepSeek-R1 on 64 B200 at a 30 ms TPOT: the request whose front two tests cut with --top
@@ -44,15 +49,8 @@ R1_PLAN = ("serve", "plan", "-m", "deepseek-r1", "-s", "dgx-b200", "-n", 64, "--
 
 @pytest.fixture(scope="module")
 def r1_planned():
-    """``run(*R1_PLAN, *extra)``, each ``extra`` run once for the module (two tests read its
-    ``--top 2`` table; a run is about 1.3 s)."""
-    results = {}
-
-    def planned_run(*extra):
-        if extra not in results:
-            results[extra] = run(*R1_PLAN, *extra)
-        return results[extra]
-    return planned_run
+    """``R1_PLAN``: two tests read its ``--top 2`` table (a run is about 1.3 s)."""
+    return _memoized_run(*R1_PLAN)
 
 
 def one_line_error(result, *needles):
