@@ -350,8 +350,7 @@ class ProgressLines:
 
     @property
     def on_terminal(self) -> bool:
-        isatty = getattr(self.stream, "isatty", None)
-        return bool(isatty and isatty())
+        return is_a_terminal(self.stream)
 
     def __call__(self, done: int, total: int, text: str) -> None:
         if self.on_terminal or done >= total:
@@ -436,9 +435,14 @@ class LazyBar:
             self.bar = None
 
 
-def stderr_is_a_terminal() -> bool:
-    isatty = getattr(sys.stderr, "isatty", None)
+def is_a_terminal(stream) -> bool:
+    """Whether ``stream`` is a terminal (False for a stream without ``isatty``: CliRunner's, a file)."""
+    isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
+
+
+def stderr_is_a_terminal() -> bool:
+    return is_a_terminal(sys.stderr)
 
 
 @contextmanager
