@@ -32,7 +32,8 @@ from simulator.parallel_config import Recompute, Schedule
 from simulator.stack_defaults import run_cp_kind
 from simulator.validate_config import needs_uneven_split
 from paraplan.commands.simulate import (STACK_HELP, ep_comm_overlap_option, ep_dispatch_dedup_option,
-                                       refuse_expert_switch_on_dense, unmeasured_features, UNMEASURED_NOTE)
+                                       refuse_expert_switch_on_dense, stack_profile_note, unmeasured_features,
+                                       write_launch, UNMEASURED_NOTE)
 from paraplan.commands.token_count import TOKENS
 
 POS = click.IntRange(min=1)
@@ -186,17 +187,9 @@ def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None, stac
         why = exports.refusal(winner, framework)
         note = (f"best plan {framework} can run: rank {rank + 1} of {len(result.plans)}, {100 * slowdown:.1f}% "
                 f"slower than the unrestricted winner ({config_label(winner)}: {why.field}: {why.message})")
-    if stack is not None and stack.framework not in exports.STACK_FRAMEWORKS.get(framework, ()):
-        # the plans and the predicted step are the stack's behaviour, not the framework's
-        note += (f"; ranked and predicted on the {stack.name} stack profile ({stack.framework}), not {framework}'s"
-                 + ("" if framework in exports.FRAMEWORK_STACKS else f": paraplan has no profile of the {framework} release "
-                    "this export targets"))
-    text = exports.emit(row, framework, note=note)
-    click.echo(f"paraplan: {note}", err=True)
-    recipe = exports.launch_notes(row, framework, note)
-    if recipe:
-        click.echo(recipe, err=True, nl=False)
-    return text
+    # the plans and the predicted step are the stack's behaviour, not the framework's
+    profile = stack_profile_note(stack, framework, "ranked and predicted") if stack is not None else ""
+    return write_launch(row, framework, note + (f"; {profile}" if profile else ""))
 
 
 def simulate_command(row, model: str, cluster: str, seq_len: int | None = None,

@@ -993,10 +993,25 @@ def emit_launch(report: StepReport, model: ModelSpec, cluster, stack: str, frame
     spec = load_stack(stack)
     row = report_row(report, model, cluster, spec.name)
     row.update(model=model, gpus_per_host=cluster.launch_gpus_per_host)
-    note = ""
-    if spec.framework not in exports.STACK_FRAMEWORKS.get(framework, ()):
-        # the step printed in the header is the stack's behaviour, not the framework's
-        note = f"predicted on the {spec.name} stack profile ({spec.framework}), not {framework}'s"
+    # the step printed in the header is the stack's behaviour, not the framework's
+    return write_launch(row, framework, stack_profile_note(spec, framework, "predicted"))
+
+
+def stack_profile_note(spec, framework: str, what: str) -> str:
+    """"<what> on the X stack profile (its framework), not <framework>'s", with the release paraplan
+    has no profile of, where the plan was priced on a stack that is not ``framework``'s; else ""."""
+    from paraplan import exports
+    if spec.framework in exports.STACK_FRAMEWORKS.get(framework, ()):
+        return ""
+    return (f"{what} on the {spec.name} stack profile ({spec.framework}), not {framework}'s"
+            + ("" if framework in exports.FRAMEWORK_STACKS else f": paraplan has no profile of the {framework} release "
+               "this export targets"))
+
+
+def write_launch(row: dict, framework: str, note: str) -> str:
+    """``framework``'s launch of plan ``row`` (``paraplan.exports.emit``, ``note`` in its header),
+    the note and the framework's launch recipe (``exports.launch_notes``) echoed to stderr."""
+    from paraplan import exports
     text = exports.emit(row, framework, note=note)
     if note:
         click.echo(f"paraplan: {note}", err=True)
